@@ -1,0 +1,59 @@
+# k8sgpu.nvidia development commands. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export K8SGPU_LAB_STATE ?= $(CURDIR)/.lab
+export PYTHONDONTWRITEBYTECODE := 1
+INVENTORY ?= inventories/lab
+
+.PHONY: help venv lab lab-down lab-status site test lint sanity unit molecule integration clean-cache
+
+help:  ## show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed  ## create .venv with the pinned development dependencies
+
+lab: venv  ## bring the lab up (node containers, apt proxy, Kubernetes control plane)
+	lab/lab.sh up
+
+lab-down:  ## remove the lab's containers, network and processes
+	lab/lab.sh down
+
+lab-status:  ## show the lab
+	lab/lab.sh status
+
+site: lab  ## the main job against the lab
+	ansible-playbook site.yml -i $(INVENTORY)
+
+test: lint sanity unit lab molecule integration  ## every test: lint, sanity, unit, molecule, lab integration
+
+lint: venv  ## ansible-lint, production profile
+	ansible-lint --profile production
+
+sanity: venv  ## ansible-test sanity in a temporary ansible_collections tree
+	tests/sanity/run.sh
+
+unit: venv  ## unit tests
+	pytest -q tests/unit
+
+molecule: lab  ## molecule scenarios on the lab's Debian images
+	source $(K8SGPU_LAB_STATE)/env && for s in molecule/*/molecule.yml; do \
+	  s=$${s#molecule/}; molecule test -s $${s%/molecule.yml}; done
+
+integration: lab  ## integration tests against the lab
+	pytest -q tests/integration
+
+clean-cache:  ## delete the cached binaries, images and packages (~/.cache/k8sgpu-lab)
+	lab/lab.sh down
+	rm -rf $${K8SGPU_CACHE:-$$HOME/.cache/k8sgpu-lab}

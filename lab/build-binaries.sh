@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Build the lab's Kubernetes control plane, etcd and kwok from the Go module
+# proxy. No prebuilt binary is downloaded. Results are cached by version under
+# $K8SGPU_CACHE/bin and rebuilt only when missing.
+source "$(dirname "$0")/lib.sh"
+
+need_cmd go "install Go 1.26 or newer (Debian: golang from bookworm-backports, or go.dev)."
+
+# Run a build step, keep its log, and on failure show the compiler's error.
+run_build() {
+  local what="$1" logf="$2"; shift 2
+  mkdir -p "$(dirname "$logf")"
+  if ! "$@" >"$logf" 2>&1; then
+    echo "----- last 40 lines of $logf -----" >&2
+    tail -n 40 "$logf" >&2
+    die "building $what failed (full log: $logf)"
+  fi
+}
+
+# k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces the staging
+# modules with ./staging/src paths that module zips lack. A wrapper module
+# requires it and maps each staging module to its published v0.Y.Z release.
+build_kubernetes() {
+  local out; out="$(k8s_bin_dir)"
+  if [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] \
+     && [ -x "$out/kube-scheduler" ] && [ -x "$out/kubectl" ]; then
+    log "kubernetes $K8S_VERSION: cached in $out"; return
+  fi
+  need_space "$K8SGPU_CACHE" 6000
+  local src="$K8SGPU_CACHE/src/kubernetes-$K8S_VERSION" staging_ver="v0.${K8S_VERSION#v1.}"
+  log "kubernetes $K8S_VERSION: building from the Go module proxy (first time: 15-30 min on 2 cores)"
+  rm -rf "$src"; mkdir -p "$src"
+  local modfile
+  modfile=$(GOFLAGS= go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -f "$modfile" ] || die "could not fetch k8s.io/kubernetes@$K8S_VERSION's go.mod from the Go module proxy"
+  {
+    echo "module k8sgpu.local/lab/kubernetes"
+    echo
+    grep -m1 '^go ' "$modfile"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging_ver"'#p' "$modfile"
+    echo ")"
+  } >"$src/go.mod"
+  cat >"$src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  local pkg="k8s.io/component-base/version"
+  local ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+  run_build "kubernetes $K8S_VERSION (go mod tidy)" "$src/tidy.log" \
+    bash -c "cd '$src' && go mod tidy"
+  mkdir -p "$out.tmp"
+  run_build "kubernetes $K8S_VERSION (go build)" "$src/build.log" \
+    bash -c "cd '$src' && go build -trimpath -ldflags '$ldflags' -o '$out.tmp/' \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  log "kubernetes $K8S_VERSION: built into $out"
+}
+
+# etcd's root module (the etcd binary) also replaces its sub-modules with
+# local paths; go.etcd.io/etcd/server/v3 does not, and its etcdmain package is
+# the whole server. A three-line main is the etcd binary.
+build_etcd() {
+  local out; out="$(etcd_bin_dir)"
+  if [ -x "$out/etcd" ]; then log "etcd $ETCD_VERSION: cached in $out"; return; fi
+  local src="$K8SGPU_CACHE/src/etcd-$ETCD_VERSION"
+  log "etcd $ETCD_VERSION: building from the Go module proxy"
+  rm -rf "$src"; mkdir -p "$src" "$out.tmp"
+  cat >"$src/go.mod" <<GO
+module k8sgpu.local/lab/etcd
+
+go 1.24
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+GO
+  cat >"$src/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  run_build "etcd $ETCD_VERSION (go mod tidy)" "$src/tidy.log" bash -c "cd '$src' && go mod tidy"
+  run_build "etcd $ETCD_VERSION (go build)" "$src/build.log" \
+    bash -c "cd '$src' && go build -trimpath -ldflags '-s -w' -o '$out.tmp/etcd' ."
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  log "etcd $ETCD_VERSION: built into $out"
+}
+
+build_kwok() {
+  local out; out="$(kwok_bin_dir)"
+  if [ -x "$out/kwok" ] && [ -x "$out/kwokctl" ]; then log "kwok $KWOK_VERSION: cached in $out"; return; fi
+  log "kwok $KWOK_VERSION: building from the Go module proxy"
+  mkdir -p "$out.tmp"
+  run_build "kwok $KWOK_VERSION" "$K8SGPU_CACHE/src/kwok-$KWOK_VERSION.log" \
+    env GOBIN="$out.tmp" GOFLAGS= go install -trimpath -ldflags '-s -w' \
+      "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  log "kwok $KWOK_VERSION: built into $out"
+}
+
+main() {
+  case "${1:-all}" in
+    kubernetes) build_kubernetes ;;
+    etcd) build_etcd ;;
+    kwok) build_kwok ;;
+    all) build_kwok; build_etcd; build_kubernetes ;;
+    *) die "usage: $0 [all|kubernetes|etcd|kwok]" ;;
+  esac
+}
+main "$@"

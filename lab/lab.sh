@@ -1,0 +1,345 @@
+#!/usr/bin/env bash
+# The k8sgpu.nvidia lab: Debian node containers running systemd, an apt
+# caching proxy, and a real Kubernetes control plane (kube-apiserver,
+# kube-controller-manager, kube-scheduler, etcd) with kwok nodes.
+#
+#   lab/lab.sh up      bring the lab up (reuses whatever is already up)
+#   lab/lab.sh down    remove every container, network and process it started
+#   lab/lab.sh status  show what is running
+#   lab/lab.sh images  only build the Debian node images (and what that needs)
+#
+# Everything talks only to loopback and to the lab's own Docker network.
+source "$(dirname "$0")/lib.sh"
+
+NETWORK="$LAB_NAME"
+APISERVER_PORT="${K8SGPU_LAB_APISERVER_PORT:-36443}"
+APT_PROXY_PORT="${K8SGPU_LAB_APT_PROXY_PORT:-3142}"
+DEBIAN_MIRROR="${K8SGPU_LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+KUBECONFIG_OUT="$LAB_STATE/kubeconfig"
+KWOK_WORKDIR="$LAB_STATE/kwok"
+KWOK_CLUSTER="$LAB_NAME"
+
+# GPU node containers: name:debian-suite. Each is also a kwok Node.
+GPU_NODES=("$LAB_NAME-gpu-1:bookworm" "$LAB_NAME-gpu-2:trixie")
+GPU_PER_NODE="${K8SGPU_LAB_GPUS_PER_NODE:-8}"
+
+# Things this invocation started, undone in reverse order if it fails.
+STARTED=()
+BUILDER_PID=
+
+undo_started() {
+  local rc=$? i
+  [ "$rc" -eq 0 ] && return
+  # The builder runs in its own process group: stop it and its compilers.
+  [ -z "${BUILDER_PID:-}" ] || kill -- "-$BUILDER_PID" 2>/dev/null || true
+  [ "${#STARTED[@]}" -eq 0 ] && exit "$rc"
+  log "up failed; stopping what this run started: ${STARTED[*]}"
+  for ((i=${#STARTED[@]}-1; i>=0; i--)); do
+    "stop_${STARTED[$i]}" || true
+  done
+  exit "$rc"
+}
+
+port_owner() {
+  ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:((\("[^"]*"\).*/\1/p' | head -n1
+}
+
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+stop_pidfile() {
+  local pidf="$1" what="$2" pid i
+  pid_alive "$pidf" || { rm -f "$pidf"; return 0; }
+  pid=$(cat "$pidf")
+  log "stopping $what (pid $pid)"
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$pidf"
+}
+
+# --- Docker engine -----------------------------------------------------------
+start_docker() {
+  if docker info >/dev/null 2>&1; then log "docker: engine already running"; return; fi
+  command -v dockerd >/dev/null 2>&1 \
+    || die "no Docker engine is running and dockerd is not installed. Install Debian's docker.io (apt-get install docker.io) or start your engine."
+  mkdir -p "$LAB_STATE"
+  log "docker: starting dockerd (log: $LAB_STATE/dockerd.log)"
+  setsid dockerd >"$LAB_STATE/dockerd.log" 2>&1 < /dev/null &
+  echo $! >"$LAB_STATE/dockerd.pid"
+  STARTED+=(docker)
+  local i
+  for i in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && { log "docker: engine up"; return; }
+    pid_alive "$LAB_STATE/dockerd.pid" || break
+    sleep 1
+  done
+  tail -n 20 "$LAB_STATE/dockerd.log" >&2 || true
+  die "the Docker engine could not be started (see $LAB_STATE/dockerd.log above)"
+}
+stop_docker() { stop_pidfile "$LAB_STATE/dockerd.pid" dockerd; }
+
+# --- lab network ---------------------------------------------------------------
+start_network() {
+  if ! docker network inspect "$NETWORK" >/dev/null 2>&1; then
+    docker network create --label "k8sgpu.lab=$LAB_NAME" "$NETWORK" >/dev/null
+    STARTED+=(network)
+    log "network: created $NETWORK"
+  fi
+  LAB_GATEWAY=$(docker network inspect -f '{{(index .IPAM.Config 0).Gateway}}' "$NETWORK")
+  [ -n "$LAB_GATEWAY" ] || die "could not read the gateway address of Docker network $NETWORK"
+}
+stop_network() {
+  docker network rm "$NETWORK" >/dev/null 2>&1 || true
+}
+
+# --- apt caching proxy ---------------------------------------------------------
+# apt-cacher-ng runs on the host, bound to loopback and the lab network's
+# gateway, with its cache outside the repository: each package is downloaded
+# once per machine, for debootstrap and for every node container.
+start_apt_proxy() {
+  local pidf="$LAB_STATE/apt-cacher-ng.pid" owner
+  if pid_alive "$pidf"; then log "apt proxy: already running on port $APT_PROXY_PORT"; return; fi
+  command -v apt-cacher-ng >/dev/null 2>&1 && [ -x /usr/sbin/apt-cacher-ng ] \
+    || die "apt-cacher-ng is not installed (apt-get install apt-cacher-ng)"
+  owner=$(port_owner "$APT_PROXY_PORT")
+  [ -z "$owner" ] || die "port $APT_PROXY_PORT (apt proxy) is taken by $owner; stop it or set K8SGPU_LAB_APT_PROXY_PORT to a free port"
+  mkdir -p "$K8SGPU_CACHE/apt-cacher-ng" "$LAB_STATE/apt-cacher-ng"
+  # Debian's package points the Debian remap at ftp.debian.org; send it to the
+  # mirror this machine reaches instead.
+  rm -rf "$LAB_STATE/apt-cacher-ng/conf"
+  cp -r /etc/apt-cacher-ng "$LAB_STATE/apt-cacher-ng/conf"
+  echo "${DEBIAN_MIRROR%/}/" >"$LAB_STATE/apt-cacher-ng/conf/backends_debian"
+  setsid /usr/sbin/apt-cacher-ng -c "$LAB_STATE/apt-cacher-ng/conf" \
+    ForeGround=1 Port="$APT_PROXY_PORT" BindAddress="127.0.0.1 $LAB_GATEWAY" \
+    CacheDir="$K8SGPU_CACHE/apt-cacher-ng" LogDir="$LAB_STATE/apt-cacher-ng" \
+    SocketPath="$LAB_STATE/apt-cacher-ng/socket" PidFile="" \
+    >"$LAB_STATE/apt-cacher-ng.log" 2>&1 < /dev/null &
+  echo $! >"$pidf"
+  STARTED+=(apt_proxy)
+  local i
+  for i in $(seq 1 30); do
+    [ -n "$(port_owner "$APT_PROXY_PORT")" ] && { log "apt proxy: apt-cacher-ng on 127.0.0.1 and $LAB_GATEWAY port $APT_PROXY_PORT"; return; }
+    pid_alive "$pidf" || break
+    sleep 0.5
+  done
+  cat "$LAB_STATE/apt-cacher-ng.log" >&2 || true
+  die "apt-cacher-ng did not start (log above)"
+}
+stop_apt_proxy() { stop_pidfile "$LAB_STATE/apt-cacher-ng.pid" apt-cacher-ng; }
+
+# --- node images -----------------------------------------------------------------
+IMAGE_PACKAGES="python3,systemd,systemd-sysv,dbus,ca-certificates,iproute2,procps,gnupg,curl"
+IMAGE_RECIPE=1
+image_tag() { echo "k8sgpu-lab/debian:$1"; }
+image_key() {
+  # Bump IMAGE_RECIPE when the debootstrap recipe below changes.
+  printf "%s|%s|%s" "$1" "$IMAGE_PACKAGES" "$IMAGE_RECIPE" | sha256sum | cut -c1-12
+}
+
+build_image() {
+  local suite="$1" tag key tarball rootfs
+  tag=$(image_tag "$suite"); key=$(image_key "$suite")
+  tarball="$K8SGPU_CACHE/images/debian-$suite-$key.tar"
+  if [ "$(docker image inspect -f '{{index .Config.Labels "k8sgpu.image-key"}}' "$tag" 2>/dev/null)" = "$key" ]; then
+    log "image $tag: present"; return
+  fi
+  if [ ! -f "$tarball" ]; then
+    need_cmd debootstrap "install Debian's debootstrap (apt-get install debootstrap)"
+    need_space "$K8SGPU_CACHE" 2000
+    rootfs="$K8SGPU_CACHE/images/rootfs-$suite"
+    rm -rf "$rootfs"; mkdir -p "$rootfs"
+    log "image $tag: debootstrap $suite through the apt proxy (about a minute)"
+    if ! http_proxy="http://127.0.0.1:$APT_PROXY_PORT" debootstrap --variant=minbase \
+        --include="$IMAGE_PACKAGES" "$suite" "$rootfs" "$DEBIAN_MIRROR" \
+        >"$K8SGPU_CACHE/images/debootstrap-$suite.log" 2>&1; then
+      tail -n 20 "$K8SGPU_CACHE/images/debootstrap-$suite.log" >&2
+      rm -rf "$rootfs"
+      die "debootstrap of Debian $suite failed (log: $K8SGPU_CACHE/images/debootstrap-$suite.log)"
+    fi
+    # A container has no kernel to manage and no console to log in on.
+    rm -f "$rootfs"/etc/machine-id "$rootfs"/var/lib/dbus/machine-id
+    : >"$rootfs/etc/machine-id"
+    for unit in getty.target systemd-logind.service console-getty.service; do
+      ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
+    done
+    rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
+    tar -C "$rootfs" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+    rm -rf "$rootfs"
+  fi
+  log "image $tag: importing $tarball"
+  docker import --change "LABEL k8sgpu.image-key=$key" --change 'CMD ["/lib/systemd/systemd"]' \
+    --change 'ENV container=docker' "$tarball" "$tag" >/dev/null
+}
+
+# --- node containers -------------------------------------------------------------
+start_node_container() {
+  local name="$1" suite="$2" i state
+  if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ]; then
+    log "node $name: running"; return
+  fi
+  docker rm -f "$name" >/dev/null 2>&1 || true
+  docker run -d --name "$name" --hostname "$name" --network "$NETWORK" \
+    --label "k8sgpu.lab=$LAB_NAME" \
+    --cap-add SYS_ADMIN --cap-add NET_ADMIN \
+    --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+    --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
+    -v /sys/fs/cgroup:/sys/fs/cgroup:ro -e container=docker \
+    "$(image_tag "$suite")" /lib/systemd/systemd >/dev/null
+  STARTED+=(containers)
+  for i in $(seq 1 60); do
+    state=$(docker exec "$name" systemctl is-system-running 2>/dev/null || true)
+    case "$state" in
+      running) log "node $name: systemd running (Debian $suite)"; return ;;
+      degraded)
+        log "node $name: systemd degraded; failed units:"
+        docker exec "$name" systemctl --failed --no-legend >&2 || true
+        return ;;
+    esac
+    sleep 1
+  done
+  die "node container $name: systemd did not reach 'running' in 60 s (state: ${state:-unknown}); see 'docker logs $name'"
+}
+stop_containers() {
+  local ids
+  ids=$(docker ps -aq --filter "label=k8sgpu.lab=$LAB_NAME")
+  [ -z "$ids" ] || docker rm -f $ids >/dev/null
+}
+
+# --- Kubernetes control plane ----------------------------------------------------
+kwokctl() { KWOK_WORKDIR="$KWOK_WORKDIR" KWOK_KUBE_VERSION="$K8S_VERSION" PATH="$(k8s_bin_dir):$PATH" "$(kwok_bin_dir)/kwokctl" "$@"; }
+
+cluster_up() {
+  KUBECONFIG="$KUBECONFIG_OUT" "$(k8s_bin_dir)/kubectl" get --raw /readyz >/dev/null 2>&1
+}
+
+start_cluster() {
+  if [ -f "$KUBECONFIG_OUT" ] && cluster_up; then log "cluster: API server ready"; return; fi
+  local owner
+  owner=$(port_owner "$APISERVER_PORT")
+  [ -z "$owner" ] || die "port $APISERVER_PORT (kube-apiserver) is taken by $owner; stop it or set K8SGPU_LAB_APISERVER_PORT to a free port"
+  kwokctl delete cluster --name "$KWOK_CLUSTER" >/dev/null 2>&1 || true
+  mkdir -p "$KWOK_WORKDIR"
+  log "cluster: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok ($K8S_VERSION)"
+  STARTED+=(cluster)
+  if ! kwokctl create cluster --name "$KWOK_CLUSTER" --runtime binary \
+      --kube-apiserver-port "$APISERVER_PORT" \
+      --kube-apiserver-binary "$(k8s_bin_dir)/kube-apiserver" \
+      --kube-controller-manager-binary "$(k8s_bin_dir)/kube-controller-manager" \
+      --kube-scheduler-binary "$(k8s_bin_dir)/kube-scheduler" \
+      --kwok-controller-binary "$(kwok_bin_dir)/kwok" \
+      --etcd-binary "$(etcd_bin_dir)/etcd" \
+      --kubeconfig "$LAB_STATE/kwokctl-kubeconfig" \
+      --wait 120s >"$LAB_STATE/kwokctl.log" 2>&1; then
+    tail -n 30 "$LAB_STATE/kwokctl.log" >&2
+    die "the Kubernetes control plane did not start (log: $LAB_STATE/kwokctl.log; component logs: kwokctl --name $KWOK_CLUSTER logs <component>)"
+  fi
+  kwokctl get kubeconfig --name "$KWOK_CLUSTER" >"$KUBECONFIG_OUT.tmp"
+  mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"; chmod 600 "$KUBECONFIG_OUT"
+  log "cluster: API server ready; kubeconfig at $KUBECONFIG_OUT"
+}
+stop_cluster() {
+  [ -x "$(kwok_bin_dir)/kwokctl" ] && [ -d "$KWOK_WORKDIR" ] \
+    && kwokctl delete cluster --name "$KWOK_CLUSTER" >/dev/null 2>&1 || true
+}
+
+# Every GPU node container is also a kwok Node of the same name with
+# nvidia.com/gpu capacity; two control-plane nodes (current and legacy taint
+# keys) and a CPU-only worker complete the topology.
+apply_topology() {
+  local gpu_names=() entry
+  for entry in "${GPU_NODES[@]}"; do gpu_names+=("${entry%%:*}"); done
+  python3 "$LAB_ROOT/lab/topology.py" --lab-name "$LAB_NAME" --gpus "$GPU_PER_NODE" "${gpu_names[@]}" \
+    | KUBECONFIG="$KUBECONFIG_OUT" "$(k8s_bin_dir)/kubectl" apply --server-side --field-manager k8sgpu-lab -f - >/dev/null
+  KUBECONFIG="$KUBECONFIG_OUT" "$(k8s_bin_dir)/kubectl" wait --for=condition=Ready node --all --timeout=60s >/dev/null \
+    || die "kwok nodes did not become Ready in 60 s; see: kwokctl --name $KWOK_CLUSTER logs kwok-controller"
+  log "cluster: nodes ready"
+}
+
+write_env() {
+  cat >"$LAB_STATE/env" <<ENV
+# source this file to use the lab's kubectl and kubeconfig
+export KUBECONFIG="$KUBECONFIG_OUT"
+export PATH="$(k8s_bin_dir):\$PATH"
+export K8SGPU_LAB_APT_PROXY="http://$LAB_GATEWAY:$APT_PROXY_PORT"
+ENV
+  echo "http://$LAB_GATEWAY:$APT_PROXY_PORT" >"$LAB_STATE/apt-proxy-url"
+}
+
+cmd_up() {
+  trap undo_started EXIT
+  need_cmd docker "install Debian's docker.io (apt-get install docker.io)"
+  need_cmd ss "install iproute2"
+  need_space "$K8SGPU_CACHE" 1000
+  mkdir -p "$LAB_STATE"
+  start_docker
+  start_network
+  start_apt_proxy
+  # The Go builds are CPU-bound and debootstrap is network-bound: run them side by side.
+  setsid "$LAB_ROOT/lab/build-binaries.sh" all >"$LAB_STATE/build-binaries.log" 2>&1 < /dev/null &
+  local builder=$! entry
+  BUILDER_PID=$builder
+  for suite in bookworm trixie; do build_image "$suite"; done
+  if ! wait "$builder"; then
+    cat "$LAB_STATE/build-binaries.log" >&2
+    die "building the control plane binaries failed (log above: $LAB_STATE/build-binaries.log)"
+  fi
+  BUILDER_PID=
+  sed 's/^/  /' "$LAB_STATE/build-binaries.log" >&2
+  for entry in "${GPU_NODES[@]}"; do start_node_container "${entry%%:*}" "${entry##*:}"; done
+  start_cluster
+  apply_topology
+  write_env
+  trap - EXIT
+  log "lab is up. Next: ansible-playbook site.yml -i inventories/lab"
+  cmd_status
+}
+
+# Node images only (docker, network and apt proxy are started for debootstrap).
+cmd_images() {
+  trap undo_started EXIT
+  mkdir -p "$LAB_STATE"
+  start_docker; start_network; start_apt_proxy
+  for suite in bookworm trixie; do build_image "$suite"; done
+  write_env
+  trap - EXIT
+}
+
+cmd_down() {
+  log "taking the lab down"
+  stop_cluster
+  if docker info >/dev/null 2>&1; then
+    stop_containers
+    stop_network
+  fi
+  stop_apt_proxy
+  stop_docker
+  rm -rf "$LAB_STATE"
+  log "lab is down"
+}
+
+cmd_status() {
+  echo "state:      $LAB_STATE"
+  echo "cache:      $K8SGPU_CACHE"
+  if pid_alive "$LAB_STATE/apt-cacher-ng.pid"; then echo "apt proxy:  $(cat "$LAB_STATE/apt-proxy-url" 2>/dev/null || echo running)"; else echo "apt proxy:  down"; fi
+  if docker info >/dev/null 2>&1; then
+    echo "containers:"; docker ps --filter "label=k8sgpu.lab=$LAB_NAME" --format '  {{.Names}}\t{{.Status}}\t{{.Image}}'
+  else
+    echo "containers: (no Docker engine)"
+  fi
+  if [ -f "$KUBECONFIG_OUT" ] && cluster_up; then
+    echo "nodes:"
+    KUBECONFIG="$KUBECONFIG_OUT" "$(k8s_bin_dir)/kubectl" get nodes \
+      -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].status,GPU:.status.capacity.nvidia\.com/gpu,TAINTS:.spec.taints[*].key' \
+      | sed 's/^/  /'
+  else
+    echo "cluster:    down"
+  fi
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  images) cmd_images ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,44 @@
+# shellcheck shell=bash
+# Shared helpers for the lab scripts. Sourced, never executed.
+
+set -euo pipefail
+
+LAB_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Heavy artefacts (Go module cache, built binaries, node image tarballs) live
+# outside the repository, keyed by version, so a fresh clone reuses them.
+K8SGPU_CACHE="${K8SGPU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k8sgpu-lab}"
+# Per-checkout runtime state (kubeconfig, logs); removed by `lab.sh down`.
+LAB_STATE="${K8SGPU_LAB_STATE:-$LAB_ROOT/.lab}"
+
+# Pinned versions. Change here only; every cache path is keyed by these.
+K8S_VERSION="${K8S_VERSION:-v1.37.2}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+
+LAB_NAME="${K8SGPU_LAB_NAME:-k8sgpu-lab}"
+
+log() { printf '[lab %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[lab] ERROR: %s\n' "$*" >&2; exit 1; }
+
+need_cmd() {
+  command -v "$1" >/dev/null 2>&1 || die "$1 not found on PATH; $2"
+}
+
+# Fail early when the disk holding $1 has less than $2 MiB free.
+need_space() {
+  local dir="$1" mib="$2" avail
+  mkdir -p "$dir"
+  avail=$(df -Pm "$dir" | awk 'NR==2 {print $4}')
+  if [ "${avail:-0}" -lt "$mib" ]; then
+    die "only ${avail} MiB free under $dir; the lab needs about ${mib} MiB there. Free some space or set K8SGPU_CACHE to a larger disk."
+  fi
+}
+
+k8s_bin_dir() { echo "$K8SGPU_CACHE/bin/kubernetes-$K8S_VERSION"; }
+etcd_bin_dir() { echo "$K8SGPU_CACHE/bin/etcd-$ETCD_VERSION"; }
+kwok_bin_dir() { echo "$K8SGPU_CACHE/bin/kwok-$KWOK_VERSION"; }
+
+export GOMODCACHE="${GOMODCACHE_LAB:-$K8SGPU_CACHE/go/mod}"
+export GOCACHE="${GOCACHE_LAB:-$K8SGPU_CACHE/go/build}"
+export GOFLAGS="${GOFLAGS:--mod=mod}"
+export CGO_ENABLED=0

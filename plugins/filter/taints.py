@@ -1,0 +1,19 @@
+# Copyright: k8sgpu.nvidia contributors
+# Apache License 2.0 (see LICENSE)
+"""Filters for Kubernetes taints."""
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+
+def taint_to_string(taint: dict) -> str:
+    """Return a taint as ``key[=value]:Effect``, the form ``kubectl taint`` takes."""
+    if not isinstance(taint, dict) or "key" not in taint or "effect" not in taint:
+        raise AnsibleFilterError(f"taint_to_string expects a taint with 'key' and 'effect', got {taint!r}")
+    value = taint.get("value")
+    return f"{taint['key']}{'=' + value if value else ''}:{taint['effect']}"
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"taint_to_string": taint_to_string}
