@@ -40,8 +40,10 @@ test: lint sanity unit lab molecule integration  ## every test: lint, sanity, un
 
 lint: venv  ## ansible-lint, production profile
 	ansible-lint --profile production
+	antsibull-changelog lint
+	antsibull-changelog lint
 
-sanity: venv  ## ansible-test sanity in a temporary ansible_collections tree
+sanity: venv  ## ansible-test sanity (tests/sanity/run.sh)
 	tests/sanity/run.sh
 
 unit: venv  ## unit tests
@@ -51,8 +53,8 @@ molecule: lab  ## molecule scenarios on the lab's Debian images
 	source $(K8SGPU_LAB_STATE)/env && for s in molecule/*/molecule.yml; do \
 	  s=$${s#molecule/}; molecule test -s $${s%/molecule.yml}; done
 
-integration: lab  ## integration tests against the lab
-	pytest -q tests/integration
+integration: lab  ## lab integration tests (tests/lab) against the running lab
+	pytest -q tests/lab
 
 clean-cache:  ## delete the cached binaries, images and packages (~/.cache/k8sgpu-lab)
 	lab/lab.sh down

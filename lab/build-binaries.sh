@@ -31,7 +31,7 @@ build_kubernetes() {
   log "kubernetes $K8S_VERSION: building from the Go module proxy (first time: 15-30 min on 2 cores)"
   rm -rf "$src"; mkdir -p "$src"
   local modfile
-  modfile=$(GOFLAGS= go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  modfile=$(GOFLAGS="" go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   [ -f "$modfile" ] || die "could not fetch k8s.io/kubernetes@$K8S_VERSION's go.mod from the Go module proxy"
   {
     echo "module k8sgpu.local/lab/kubernetes"
@@ -57,7 +57,9 @@ import (
 )
 GO
   local pkg="k8s.io/component-base/version"
-  local ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  local minor ldflags
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
   run_build "kubernetes $K8S_VERSION (go mod tidy)" "$src/tidy.log" \
     bash -c "cd '$src' && go mod tidy"

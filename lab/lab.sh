@@ -99,7 +99,7 @@ stop_network() {
 start_apt_proxy() {
   local pidf="$LAB_STATE/apt-cacher-ng.pid" owner
   if pid_alive "$pidf"; then log "apt proxy: already running on port $APT_PROXY_PORT"; return; fi
-  command -v apt-cacher-ng >/dev/null 2>&1 && [ -x /usr/sbin/apt-cacher-ng ] \
+  [ -x /usr/sbin/apt-cacher-ng ] \
     || die "apt-cacher-ng is not installed (apt-get install apt-cacher-ng)"
   owner=$(port_owner "$APT_PROXY_PORT")
   [ -z "$owner" ] || die "port $APT_PROXY_PORT (apt proxy) is taken by $owner; stop it or set K8SGPU_LAB_APT_PROXY_PORT to a free port"
@@ -202,6 +202,7 @@ start_node_container() {
 stop_containers() {
   local ids
   ids=$(docker ps -aq --filter "label=k8sgpu.lab=$LAB_NAME")
+  # shellcheck disable=SC2086 # one argument per container id
   [ -z "$ids" ] || docker rm -f $ids >/dev/null
 }
 
@@ -238,8 +239,9 @@ start_cluster() {
   log "cluster: API server ready; kubeconfig at $KUBECONFIG_OUT"
 }
 stop_cluster() {
-  [ -x "$(kwok_bin_dir)/kwokctl" ] && [ -d "$KWOK_WORKDIR" ] \
-    && kwokctl delete cluster --name "$KWOK_CLUSTER" >/dev/null 2>&1 || true
+  if [ -x "$(kwok_bin_dir)/kwokctl" ] && [ -d "$KWOK_WORKDIR" ]; then
+    kwokctl delete cluster --name "$KWOK_CLUSTER" >/dev/null 2>&1 || true
+  fi
 }
 
 # Every GPU node container is also a kwok Node of the same name with

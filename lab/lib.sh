@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # variables are used by the scripts that source this file
 # Shared helpers for the lab scripts. Sourced, never executed.
 
 set -euo pipefail

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print the lab's kwok Node objects as a JSON List for `kubectl apply -f -`.
 
 Nodes carry the annotation kwok.x-k8s.io/node=fake, so the kwok controller

@@ -1,0 +1,54 @@
+"""The main job, ansible-playbook site.yml -i inventories/lab, against the lab."""
+from __future__ import annotations
+
+import re
+
+from conftest import GPU_NODES
+
+
+def _recap(out: str) -> dict[str, dict[str, int]]:
+    recap = {}
+    for host, stats in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M):
+        recap[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", stats)}
+    return recap
+
+
+def test_site_runs_and_changes_nothing(playbook):
+    res = playbook("site.yml")
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    recap = _recap(res.stdout)
+    assert set(recap) == {*GPU_NODES, "localhost"}, recap
+    assert all(s["failed"] == 0 and s["unreachable"] == 0 and s["changed"] == 0 for s in recap.values()), recap
+    assert "Every host of group gpu_nodes has a Node" in res.stdout
+    assert "0 NVIDIA GPU(s) in sysfs" in res.stdout and "driver not loaded" in res.stdout
+    assert re.search(r"k8sgpu-lab-gpu-1\s+Ready\s+gpus=8", res.stdout), res.stdout[-3000:]
+
+
+def test_site_in_check_mode(playbook):
+    res = playbook("site.yml", "--check", "--diff")
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert all(s["changed"] == 0 for s in _recap(res.stdout).values())
+
+
+def test_missing_node_fails_naming_host_and_node(playbook):
+    res = playbook("site.yml", "-e", "k8sgpu_node_name=no-such-node")
+    assert res.returncode != 0
+    assert f"{GPU_NODES[0]} (looked for Node 'no-such-node')" in res.stdout, res.stdout[-3000:]
+
+
+def test_missing_node_only_reported_when_not_required(playbook):
+    res = playbook("site.yml", "-e", "k8sgpu_node_name=no-such-node", "-e", "preflight_require_nodes=false")
+    assert res.returncode == 0, res.stdout[-3000:]
+
+
+def test_gpu_required_fails_on_hosts_without_gpus(playbook):
+    res = playbook("site.yml", "-e", "preflight_gpu_required=true")
+    assert res.returncode != 0
+    for node in GPU_NODES:
+        assert f"{node}: no NVIDIA GPU in /sys/bus/pci/devices" in res.stdout, res.stdout[-3000:]
+
+
+def test_unsupported_os_fails_with_a_clear_message(playbook):
+    res = playbook("site.yml", "-e", '{"preflight_supported_os": ["Debian 12"]}')
+    assert res.returncode != 0
+    assert f"{GPU_NODES[1]}: Debian 13 is not supported by k8sgpu.nvidia" in res.stdout, res.stdout[-3000:]
