@@ -1,0 +1,100 @@
+"""lab/lab.sh up fails clearly, and leaves nothing started behind, on bad conditions."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+LAB = str(ROOT / "lab" / "lab.sh")
+
+
+def _lab(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {
+        **os.environ,
+        # A lab of its own, so the running one is not touched.
+        "K8SGPU_LAB_NAME": "k8sgpu-faulttest",
+        "K8SGPU_LAB_STATE": str(tmp_path / "state"),
+        **env,
+    }
+    return subprocess.run([LAB, *args], env=full_env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def _docker_names(kind: str) -> str:
+    return subprocess.run(["docker", kind, "ls", "--format", "{{.Name}}" if kind == "network" else "{{.Names}}"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_taken_apt_proxy_port(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = _lab(tmp_path, "up", K8SGPU_LAB_APT_PROXY_PORT=str(port))
+    assert res.returncode != 0
+    assert f"port {port} (apt proxy) is taken by" in res.stderr, res.stderr
+    assert "set K8SGPU_LAB_APT_PROXY_PORT" in res.stderr
+    # The network this run created was removed again.
+    assert "k8sgpu-faulttest" not in _docker_names("network")
+
+
+def test_taken_apiserver_port(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = _lab(tmp_path, "up", K8SGPU_LAB_APISERVER_PORT=str(port), K8SGPU_LAB_APT_PROXY_PORT=str(_free_port()))
+    assert res.returncode != 0
+    assert f"port {port} (kube-apiserver) is taken by" in res.stderr, res.stderr[-3000:]
+    # Node containers, network and apt proxy started by this run are gone.
+    assert "k8sgpu-faulttest" not in _docker_names("container")
+    assert "k8sgpu-faulttest" not in _docker_names("network")
+    pid_file = tmp_path / "state" / "apt-cacher-ng.pid"
+    assert not pid_file.exists()
+
+
+def test_short_disk(tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)], check=False).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        res = _lab(tmp_path, "up", K8SGPU_CACHE=str(small))
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+    assert res.returncode != 0
+    assert f"MiB free under {small}" in res.stderr and "set K8SGPU_CACHE" in res.stderr, res.stderr
+
+
+def test_go_build_failure_shows_the_go_error(tmp_path):
+    env = {**os.environ, "K8SGPU_CACHE": str(tmp_path / "cache"), "ETCD_VERSION": "v3.6.999",
+           "GOMODCACHE_LAB": str(tmp_path / "gomod"), "GOCACHE_LAB": str(tmp_path / "gocache")}
+    res = subprocess.run([str(ROOT / "lab" / "build-binaries.sh"), "etcd"], env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    subprocess.run(["chmod", "-R", "u+w", str(tmp_path)], check=False)  # Go makes its module cache read-only
+    assert res.returncode != 0
+    assert "building etcd v3.6.999 (go mod tidy) failed" in res.stderr, res.stderr
+    # The Go tool's own message is shown, not just "failed".
+    assert "v3.6.999" in res.stderr.split("----- last 40 lines")[1]
+
+
+def test_docker_engine_that_cannot_start(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    dockerd = fake / "dockerd"
+    dockerd.write_text("#!/bin/sh\necho 'failed to start daemon: pid file found, ensure docker is not running' >&2\nexit 1\n")
+    dockerd.chmod(0o755)
+    res = _lab(tmp_path, "up", PATH=f"{fake}:{os.environ['PATH']}", DOCKER_HOST="unix:///nonexistent/docker.sock")
+    assert res.returncode != 0
+    assert "the Docker engine could not be started" in res.stderr, res.stderr
+    assert "pid file found" in res.stderr  # dockerd's own error is shown
