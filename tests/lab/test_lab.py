@@ -41,12 +41,13 @@ def test_topology(core):
         assert ready == ["True"], f"{name} not Ready: {ready}"
 
 
-def _pod(name: str, gpus: int, node_selector: dict | None = None) -> client.V1Pod:
+def _pod(name: str, gpus: int, node_selector: dict | None = None, tolerate: str | None = None) -> client.V1Pod:
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, labels={"app.kubernetes.io/part-of": "k8sgpu-lab-test"}),
         spec=client.V1PodSpec(
             restart_policy="Never",
             node_selector=node_selector,
+            tolerations=[client.V1Toleration(key=tolerate, operator="Exists", effect="NoSchedule")] if tolerate else None,
             containers=[client.V1Container(
                 name="c", image="registry.invalid/none:0",
                 resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)}) if gpus else None,
@@ -73,9 +74,9 @@ def _scheduling_message(core, name: str) -> str:
 def pods(core):
     created: list[str] = []
 
-    def make(gpus: int, node_selector: dict | None = None) -> str:
+    def make(gpus: int, node_selector: dict | None = None, tolerate: str | None = None) -> str:
         name = f"lab-test-{uuid.uuid4().hex[:8]}"
-        core.create_namespaced_pod("default", _pod(name, gpus, node_selector))
+        core.create_namespaced_pod("default", _pod(name, gpus, node_selector, tolerate))
         created.append(name)
         return name
 
@@ -99,12 +100,22 @@ def test_too_many_gpus_stays_pending_with_insufficient_gpu(core, pods):
     assert "Insufficient nvidia.com/gpu" in _scheduling_message(core, name)
 
 
-@pytest.mark.parametrize("suffix,taint", [("cp-1", "control-plane"), ("cp-legacy", "master")])
-def test_control_plane_taints_are_enforced(core, pods, suffix, taint):
-    name = pods(0, {"kubernetes.io/hostname": f"{LAB_NAME}-{suffix}"})
-    _wait_pod(core, name, lambda p: bool(_scheduling_message(core, name)), timeout=30)
-    assert not core.read_namespaced_pod(name, "default").spec.node_name
-    assert f"node-role.kubernetes.io/{taint}" in _scheduling_message(core, name)
+CP_KEY = "node-role.kubernetes.io/control-plane"
+MASTER_KEY = "node-role.kubernetes.io/master"
+
+
+@pytest.mark.parametrize("suffix,key,other", [("cp-1", CP_KEY, MASTER_KEY), ("cp-legacy", MASTER_KEY, CP_KEY)])
+def test_control_plane_taints_are_enforced(core, pods, suffix, key, other):
+    node = f"{LAB_NAME}-{suffix}"
+    # Tolerating only the other key is not enough: the scheduler keeps it off.
+    blocked = pods(0, {"kubernetes.io/hostname": node}, tolerate=other)
+    # Tolerating this node's key lets it in.
+    allowed = pods(0, {"kubernetes.io/hostname": node}, tolerate=key)
+    _wait_pod(core, blocked, lambda p: bool(_scheduling_message(core, blocked)), timeout=30)
+    assert not core.read_namespaced_pod(blocked, "default").spec.node_name
+    assert "1 node(s) had untolerated taint(s)" in _scheduling_message(core, blocked)
+    pod = _wait_pod(core, allowed, lambda p: p.status.phase == "Running")
+    assert pod.spec.node_name == node and pod.status.phase == "Running"
 
 
 @pytest.mark.parametrize("node,release", [(GPU_NODES[0], "12"), (GPU_NODES[1], "13")])

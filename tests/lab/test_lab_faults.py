@@ -29,16 +29,27 @@ def _docker_names(kind: str) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
+def _listen(low: int = 20000, high: int = 32767) -> socket.socket:
+    """A listening socket on a free port apt-cacher-ng could use (it needs one below 32768)."""
+    for port in range(low, high):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            continue
+        s.listen()
+        return s
+    raise RuntimeError("no free port")
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+    with _listen() as s:
         return s.getsockname()[1]
 
 
 def test_taken_apt_proxy_port(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
+    with _listen() as s:
         port = s.getsockname()[1]
         res = _lab(tmp_path, "up", K8SGPU_LAB_APT_PROXY_PORT=str(port))
     assert res.returncode != 0
@@ -49,9 +60,7 @@ def test_taken_apt_proxy_port(tmp_path):
 
 
 def test_taken_apiserver_port(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
+    with _listen(33000, 60000) as s:
         port = s.getsockname()[1]
         res = _lab(tmp_path, "up", K8SGPU_LAB_APISERVER_PORT=str(port), K8SGPU_LAB_APT_PROXY_PORT=str(_free_port()))
     assert res.returncode != 0
@@ -61,6 +70,12 @@ def test_taken_apiserver_port(tmp_path):
     assert "k8sgpu-faulttest" not in _docker_names("network")
     pid_file = tmp_path / "state" / "apt-cacher-ng.pid"
     assert not pid_file.exists()
+
+
+def test_apt_proxy_port_out_of_range(tmp_path):
+    res = _lab(tmp_path, "up", K8SGPU_LAB_APT_PROXY_PORT="40000")
+    assert res.returncode != 0
+    assert "apt-cacher-ng needs a port between 1 and 32767" in res.stderr, res.stderr
 
 
 def test_short_disk(tmp_path):
