@@ -102,8 +102,9 @@ start_apt_proxy() {
   [ -x /usr/sbin/apt-cacher-ng ] \
     || die "apt-cacher-ng is not installed (apt-get install apt-cacher-ng)"
   # apt-cacher-ng 3.7 fails to bind ports above 32767 ("Error resolving address").
-  [ "$APT_PROXY_PORT" -ge 1 ] && [ "$APT_PROXY_PORT" -le 32767 ] 2>/dev/null \
-    || die "K8SGPU_LAB_APT_PROXY_PORT=$APT_PROXY_PORT: apt-cacher-ng needs a port between 1 and 32767"
+  if ! { [ "$APT_PROXY_PORT" -ge 1 ] && [ "$APT_PROXY_PORT" -le 32767 ]; } 2>/dev/null; then
+    die "K8SGPU_LAB_APT_PROXY_PORT=$APT_PROXY_PORT: apt-cacher-ng needs a port between 1 and 32767"
+  fi
   owner=$(port_owner "$APT_PROXY_PORT")
   [ -z "$owner" ] || die "port $APT_PROXY_PORT (apt proxy) is taken by $owner; stop it or set K8SGPU_LAB_APT_PROXY_PORT to a free port"
   mkdir -p "$K8SGPU_CACHE/apt-cacher-ng" "$LAB_STATE/apt-cacher-ng"
