@@ -1,5 +1,5 @@
 # Copyright: k8sgpu.nvidia contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Node labels in GPU Feature Discovery's names, from the gpu_facts module's facts."""
 from __future__ import annotations
 

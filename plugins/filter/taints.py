@@ -1,5 +1,5 @@
 # Copyright: k8sgpu.nvidia contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters for Kubernetes taints."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 # Copyright: k8sgpu.nvidia contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Private to k8sgpu.nvidia: batched, concurrent Node label and taint updates.
 
 Not a public API; modules of this collection only. The pure functions
@@ -29,7 +29,7 @@ class NodeSpecError(ValueError):
 
 def validate_label_key(key: str) -> None:
     """Raise NodeSpecError unless key is a valid label (or taint) key: [prefix/]name."""
-    prefix, _, name = key.rpartition("/")
+    prefix, name = key.rsplit("/", 1) if "/" in key else ("", key)
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.match(prefix)):
         raise NodeSpecError(f"'{key}': the prefix must be a DNS subdomain (lower case, dots, at most 253 characters)")
     if not name or len(name) > 63 or not _LABEL_NAME_RE.match(name):

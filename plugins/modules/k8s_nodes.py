@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: k8sgpu.nvidia contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -19,14 +19,16 @@ description:
     replace C(spec.taints) as a whole (the API has no merge key for them), so those patches carry the Node's
     C(resourceVersion); if the Node changed since it was read, it is read again and the change re-planned.
 author:
-  - k8sgpu.nvidia contributors
+  - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Patches are sent with C(dryRun=All), so the API server validates them without storing anything.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: full
     details: Per changed Node, the affected labels and the taint list before and after.
 options:

@@ -64,5 +64,12 @@ mkdir -p "$RUN_DIR"
 # Tracked and new files, as the collection would be built; collections/ is the
 # checkout's self-link, not part of the collection.
 (cd "$ROOT" && git ls-files -z -co --exclude-standard -- . ':!collections' | tar --null -T - -cf -) | tar -xf - -C "$RUN_DIR"
+# The collections k8sgpu.nvidia depends on, from the venv's ansible package,
+# beside it in the same tree (ansible-doc and validate-modules resolve doc
+# fragments and module_utils there).
+SITE=$("$PY" -c 'import ansible_collections; print(list(ansible_collections.__path__)[0])')
+for ns in kubernetes community ansible; do
+  [ -d "$SITE/$ns" ] && ln -s "$SITE/$ns" "$WORK/ansible_collections/$ns"
+done
 cd "$RUN_DIR"
 "$VENV/bin/ansible-test" sanity --python "$PYVER" --color no "$@"

@@ -151,12 +151,12 @@ def test_batch_patches_only_nodes_that_differ_and_retries_conflicts():
     batch = NodeBatch(api, workers=4, dry_run=True)
     plans, errors = batch.apply(list(batch.list_nodes().values()), lambda n: plan_node(n, {}, [gpu]))
     assert errors == {}
-    patched = {name: body for name, body, _ in api.patches}
+    patched = {patch[0]: patch[1] for patch in api.patches}
     assert set(patched) == {"a", "c"}
     # c was re-read after the conflict: the other writer's taint survives, with the new resourceVersion.
     assert patched["c"]["spec"]["taints"] == [OTHER, gpu.as_taint()]
     assert patched["c"]["metadata"]["resourceVersion"] == "8"
-    assert all(p["dry_run"] == "All" and p["content_type"] == "application/merge-patch+json" for _, _, p in api.patches)
+    assert all(patch[2]["dry_run"] == "All" and patch[2]["content_type"] == "application/merge-patch+json" for patch in api.patches)
     assert sorted(p.name for p in plans if p.changed) == ["a", "c"]
 
 
@@ -172,5 +172,5 @@ def test_batch_reports_errors_per_node():
             return super().request(method, path, body, **params)
 
     api = Api([node("a")])
-    _, errors = NodeBatch(api).apply([api.nodes["a"]], lambda n: plan_node(n, {"x": "y"}, []))
+    errors = NodeBatch(api).apply([api.nodes["a"]], lambda n: plan_node(n, {"x": "y"}, []))[1]
     assert errors == {"a": 'nodes "a" is forbidden'}
