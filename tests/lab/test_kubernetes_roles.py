@@ -216,9 +216,13 @@ def test_device_plugin_rolls_out_on_gpu_nodes_only(core, plugin, clean_gpu_label
     again = role("device_plugin", extra=extra)
     assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]
 
-    # A config change rolls the pods (new template hash), still only on GPU nodes.
+    # A config change updates the ConfigMap and the DaemonSet's config checksum, which rolls the pods.
+    old_sum = ds.spec.template.metadata.annotations["k8sgpu.nvidia/config-sha256"]
     changed_cfg = role("device_plugin", extra={**extra, "device_plugin_time_slicing_replicas": 0})
-    assert changed_cfg.returncode == 0 and changed(changed_cfg) == 1, changed_cfg.stdout[-3000:]
+    assert changed_cfg.returncode == 0 and changed(changed_cfg) == 2, changed_cfg.stdout[-3000:]
+    ds = plugin.read_namespaced_daemon_set(DS, "kube-system")
+    assert ds.spec.template.metadata.annotations["k8sgpu.nvidia/config-sha256"] != old_sum
+    assert sorted(_plugin_pods(core)) == sorted(GPU_NODES)
     config = yaml.safe_load(core.read_namespaced_config_map(f"{DS}-config", "kube-system").data["config.yaml"])
     assert "sharing" not in config
 
@@ -227,13 +231,13 @@ def test_device_plugin_wait_names_each_node_and_why(core, plugin, clean_gpu_labe
     role("node_labels")
     # A labelled node whose plugin runs but reports no GPU, and one with a taint the DaemonSet does not tolerate.
     no_gpu = temp_nodes([], {"nvidia.com/gpu.present": "true"})
-    tainted = temp_nodes([OTHER], {"nvidia.com/gpu.present": "true"}, gpus=8)
+    tainted = temp_nodes([OTHER], {"nvidia.com/gpu.present": "true"})
     inv_extra = {"device_plugin_wait_timeout": 20, "device_plugin_gpu_group": "all_gpu"}
     res = run(["ansible-playbook", "-i", "inventories/lab", "tests/lab/playbooks/device_plugin_wait.yml",
                "-e", json.dumps({**inv_extra, "extra_nodes": [no_gpu, tainted]})])
     assert res.returncode != 0
     out = res.stdout
     assert f"{no_gpu}: device plugin pod" in out and "the plugin found no GPU" in out, out[-4000:]
-    assert f"{tainted}: no device plugin pod on this node: untolerated taint(s) dedicated=infra:NoSchedule" in out
+    assert f"{tainted}: no device plugin pod on this node: untolerated taint(s) dedicated=infra:NoSchedule" in out, out[-6000:]
     for n in GPU_NODES:
         assert f"{n}:" not in out.split("advertise no allocatable")[-1]

@@ -39,7 +39,7 @@ def test_missing_node_fails_naming_host_and_node(playbook):
 
 
 def test_missing_node_only_reported_when_not_required(playbook):
-    res = playbook("site.yml", "-e", "k8sgpu_node_name=no-such-node", "-e", "preflight_require_nodes=false")
+    res = playbook("playbooks/preflight.yml", "-e", "k8sgpu_node_name=no-such-node", "-e", "preflight_require_nodes=false")
     assert res.returncode == 0, res.stdout[-3000:]
 
 
