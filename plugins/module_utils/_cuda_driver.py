@@ -583,6 +583,8 @@ def run_vector_add(driver: Any, devices: Sequence[int] | None = None, elements: 
     index does not exist, or any GPU fails.
     """
     report: dict[str, Any] = {"cuda_driver_version": None, "device_count": 0, "results": [], "passed": False, "init_ms": None}
+    # An empty list means every GPU, like an omitted one: a run that tests no GPU must never pass.
+    devices = list(devices) if devices else None
     if elements_error(elements):
         raise VectorAddError(elements_error(elements), report)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -20,7 +21,16 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 _LABEL_NAME_RE = re.compile(rf"^{_NAME}$")
 _DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_CONFLICT_RETRIES = 5
+_RETRIES = 6
+
+
+def _retry_after(exc: Exception, attempt: int) -> float:
+    """Seconds to wait before retrying a throttled request: the server's Retry-After, else backoff."""
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        return min(float(headers.get("Retry-After")), 10.0)
+    except (TypeError, ValueError):
+        return min(0.2 * 2 ** attempt, 5.0)
 
 
 class NodeSpecError(ValueError):
@@ -204,7 +214,7 @@ def api_error_message(exc: Exception) -> str:
 class NodeBatch:
     """Read Nodes in one LIST call and patch the ones that differ, concurrently."""
 
-    def __init__(self, dynamic_client, workers: int = 32, dry_run: bool = False, field_manager: str = "k8sgpu.nvidia"):
+    def __init__(self, dynamic_client, workers: int = 64, dry_run: bool = False, field_manager: str = "k8sgpu.nvidia"):
         self.client = dynamic_client
         self.workers = max(1, workers)
         self.dry_run = dry_run
@@ -248,17 +258,25 @@ class NodeBatch:
         self.client.request("patch", f"/api/v1/nodes/{name}", body=patch, **params)
 
     def apply_one(self, plan: NodePlan, planner: Callable[[dict], NodePlan]) -> NodePlan:
-        """Patch one Node; on a conflict (it changed since read) read it again and re-plan."""
-        for attempt in range(_CONFLICT_RETRIES):
+        """Patch one Node.
+
+        On a conflict (the Node changed since it was read) read it again and re-plan;
+        on 429 (API Priority and Fairness) or 503 wait as the server asks, then retry.
+        """
+        for attempt in range(_RETRIES):
             if not plan.changed:
                 return plan
             try:
                 self._patch(plan.name, plan.patch)
                 return plan
             except Exception as exc:  # the dynamic client raises its own exception classes
-                if getattr(exc, "status", None) != 409 or attempt == _CONFLICT_RETRIES - 1:
+                status = getattr(exc, "status", None)
+                if status not in (409, 429, 503) or attempt == _RETRIES - 1:
                     raise
-                plan = planner(self._read(plan.name))
+                if status == 409:
+                    plan = planner(self._read(plan.name))
+                else:
+                    time.sleep(_retry_after(exc, attempt))
         return plan
 
     def apply(self, nodes: list, planner: Callable[[dict], NodePlan]) -> tuple[list, dict]:

@@ -36,7 +36,7 @@ attributes:
 options:
   devices:
     description:
-      - Indices of the GPUs to test, as C(nvidia-smi) numbers them. Default is every GPU the CUDA driver sees.
+      - Indices of the GPUs to test, as C(nvidia-smi) numbers them. Omitted or empty means every GPU the CUDA driver sees.
       - The module sets C(CUDA_DEVICE_ORDER=PCI_BUS_ID) unless the environment sets it, so that CUDA numbers the GPUs
         as C(nvidia-smi) does; C(CUDA_VISIBLE_DEVICES), when set, limits and renumbers them.
       - An index that does not exist fails the task.

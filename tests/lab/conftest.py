@@ -27,8 +27,8 @@ def core(kubeconfig) -> client.CoreV1Api:
     return client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
 
 
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
+def run(cmd: list[str], env_extra: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0", **(env_extra or {})}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False, **kw)
 
 

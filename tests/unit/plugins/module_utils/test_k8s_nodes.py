@@ -174,3 +174,24 @@ def test_batch_reports_errors_per_node():
     api = Api([node("a")])
     errors = NodeBatch(api).apply([api.nodes["a"]], lambda n: plan_node(n, {"x": "y"}, []))[1]
     assert errors == {"a": 'nodes "a" is forbidden'}
+
+
+def test_batch_retries_throttled_requests(monkeypatch):
+    monkeypatch.setattr("ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes.time.sleep", lambda s: None)
+
+    class Throttled(Exception):
+        status = 429
+        headers = {"Retry-After": "1"}
+
+    class Api(FakeDynamic):
+        calls = 0
+
+        def request(self, method, path, body=None, **params):
+            if method == "patch" and self.calls < 2:
+                self.calls += 1
+                raise Throttled()
+            return super().request(method, path, body, **params)
+
+    api = Api([node("a")])
+    plans, errors = NodeBatch(api).apply([api.nodes["a"]], lambda n: plan_node(n, {"x": "y"}, []))
+    assert errors == {} and api.calls == 2 and [p[0] for p in api.patches] == ["a"]

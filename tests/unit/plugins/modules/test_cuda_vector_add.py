@@ -488,3 +488,11 @@ def test_ptx_header_and_kernel():
     for reg, num in re.findall(r"%(rd|r|f|p)(\d+)", ptx):
         assert int(num) < int(bounds[reg]), f"%{reg}{num} not declared"
     assert ptx.count("{") == ptx.count("}") == 1
+
+
+def test_empty_device_list_tests_every_gpu(monkeypatch):
+    # The verify role passes its (empty by default) device list through: that must test
+    # every GPU, never zero GPUs reported as passed.
+    out = run_module(monkeypatch, {"devices": []}, FakeDriver(gpus=[H100, H100]))
+    assert not out.failed, out.result["msg"]
+    assert [r["index"] for r in out.result["results"]] == [0, 1]
