@@ -10,12 +10,13 @@ in kubernetes.core's own modules.
 """
 from __future__ import annotations
 
-import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import api_error_message, raw_json
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
@@ -194,23 +195,6 @@ def plan_node(node: dict, labels: dict, taints: list) -> NodePlan:
     return plan
 
 
-def _raw(_client, data):
-    """Serializer for the dynamic client: keep the API's JSON as plain dicts."""
-    return data
-
-
-def api_error_message(exc: Exception) -> str:
-    """The API server's own message from a dynamic-client exception, else str(exc)."""
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            return json.loads(body).get("message") or str(exc)
-        except (ValueError, AttributeError, TypeError):
-            pass
-    status = getattr(exc, "status", None)
-    return f"HTTP {status}: {getattr(exc, 'reason', exc)}" if status else str(exc)
-
-
 class NodeBatch:
     """Read Nodes in one LIST call and patch the ones that differ, concurrently."""
 
@@ -232,7 +216,7 @@ class NodeBatch:
             kw["maxsize"] = max(kw.get("maxsize") or 0, size)
 
     def list_nodes(self, label_selector: str | None = None) -> dict:
-        params: dict = {"serializer": _raw}
+        params: dict = {"serializer": raw_json}
         if label_selector:
             params["label_selector"] = label_selector
         nodes: dict = {}
@@ -248,10 +232,10 @@ class NodeBatch:
                 return nodes
 
     def _read(self, name: str) -> dict:
-        return self.client.request("get", f"/api/v1/nodes/{name}", serializer=_raw)
+        return self.client.request("get", f"/api/v1/nodes/{name}", serializer=raw_json)
 
     def _patch(self, name: str, patch: dict) -> None:
-        params: dict = {"serializer": _raw, "content_type": "application/merge-patch+json",
+        params: dict = {"serializer": raw_json, "content_type": "application/merge-patch+json",
                         "field_manager": self.field_manager}
         if self.dry_run:
             params["dry_run"] = "All"

@@ -24,13 +24,15 @@ description:
     on a GPU, or a GPU computes wrong results. Every selected GPU is tested before the task fails.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: The module changes nothing (it only allocates GPU memory and computes), so it runs the test in check mode too.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
     details: The module changes nothing.
 options:

@@ -24,17 +24,19 @@ description:
     driver packages changed without the kernel module being reloaded, and fails saying so (see O(fail_on_mismatch))."
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
+  platform:
+    platforms: posix
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: The module only reads; it runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
     details: The module changes nothing.
   facts:
-    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
     details: Sets the C(nvidia_*) facts listed under RV(ansible_facts).
 options:

@@ -20,14 +20,15 @@ description:
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - kubernetes.core.k8s_auth_options
 attributes:
+  platform:
+    platforms: posix
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: The module only reads; it runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
     details: The module changes nothing.
 options:
@@ -89,22 +90,13 @@ not_ready:
 
 import time
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
+    api_error_message,
+    dynamic_client,
+    k8s_module,
+    raw_json,
+)
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_gpu import allocatable, diagnose
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import api_error_message
-
-try:
-    from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-except ImportError:  # reported by the module below, with the fix
-    AUTH_ARG_SPEC = {}
-    get_api_client = AnsibleK8SModule = None
-
-from ansible.module_utils.basic import AnsibleModule
-
-
-def _raw(_client, data):
-    return data
 
 
 def _selector(match_labels: dict) -> str:
@@ -120,21 +112,14 @@ def main() -> None:
         daemonset_name=dict(type="str"),
         daemonset_namespace=dict(type="str", default="kube-system"),
     )
-    argument_spec.update(AUTH_ARG_SPEC)
-    if AnsibleK8SModule is None:
-        AnsibleModule(argument_spec=argument_spec, supports_check_mode=True).fail_json(
-            msg="k8sgpu.nvidia.k8s_gpu_allocatable needs the kubernetes.core collection")
-    module = AnsibleK8SModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = k8s_module(argument_spec, supports_check_mode=True)
     p = module.params
-    try:
-        api = get_api_client(module=module).client
-    except Exception as exc:
-        module.fail_json(msg=f"Could not reach the Kubernetes API: {exc}")
+    api = dynamic_client(module)
 
     start = time.monotonic()
     while True:
         try:
-            items = api.request("get", "/api/v1/nodes", serializer=_raw).get("items") or []
+            items = api.request("get", "/api/v1/nodes", serializer=raw_json).get("items") or []
         except Exception as exc:
             module.fail_json(msg=f"Could not list Nodes: {api_error_message(exc)}")
         nodes = {n["metadata"]["name"]: n for n in items}
@@ -151,10 +136,10 @@ def main() -> None:
     if p["daemonset_name"]:
         ns, name = p["daemonset_namespace"], p["daemonset_name"]
         try:
-            daemonset = api.request("get", f"/apis/apps/v1/namespaces/{ns}/daemonsets/{name}", serializer=_raw)
+            daemonset = api.request("get", f"/apis/apps/v1/namespaces/{ns}/daemonsets/{name}", serializer=raw_json)
             selector = _selector(((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
             pods = api.request("get", f"/api/v1/namespaces/{ns}/pods", label_selector=selector,
-                               serializer=_raw).get("items") or []
+                               serializer=raw_json).get("items") or []
             for pod in pods:
                 pods_by_node.setdefault((pod.get("spec") or {}).get("nodeName"), []).append(pod)
         except Exception as exc:

@@ -12,9 +12,9 @@ description:
   - Creates one Job (or, with O(per_node), one Job pinned to each Node in O(nodes)) whose pod requests
     O(gpus) C(nvidia.com/gpu) and runs the cuda-vector-add image, waits until every Job finishes or O(timeout)
     passes, reads the container log for C(Test PASSED), and deletes what it created.
-  - On failure it returns, per Job, the reason read from the pod's status and events - for example
+  - "On failure it returns, per Job, the reason read from the pod's status and events - for example
     C(Unschedulable: 0/5 nodes are available: 5 Insufficient nvidia.com/gpu), C(ImagePullBackOff), a CUDA
-    driver too old for the image, or the timeout.
+    driver too old for the image, or the timeout."
   - Where the cluster gives no container logs (kwok's simulated nodes, for example) a succeeded Job is reported as
     C(completed, logs unavailable) and never as passed; O(require_logs) decides whether that fails the task.
   - Pinned Jobs select their Node by the C(kubernetes.io/hostname) label rather than C(spec.nodeName), so the
@@ -24,14 +24,15 @@ description:
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - kubernetes.core.k8s_auth_options
 attributes:
+  platform:
+    platforms: posix
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: partial
     details: In check mode the Jobs are only validated by the API server (C(dryRun=All)); nothing runs.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
     details: The Jobs are temporary; with O(cleanup) nothing is left behind.
 options:
@@ -54,7 +55,7 @@ options:
     type: int
     default: 1
   node_selector:
-    description: Node selector for the pods, for example C({gpu: "true"}) or C({role: train-gpu}).
+    description: 'Node selector for the pods, for example C({gpu: "true"}) or C({role: train-gpu}).'
     type: dict
     default: {}
   per_node:
@@ -138,7 +139,7 @@ results:
       description: True when the log has C(Test PASSED); null when the Job succeeded but the log was unavailable.
       type: bool
     reason:
-      description: Why, from the pod's status, events and log, for example C(Unschedulable: 0/5 nodes are available: 5 Insufficient nvidia.com/gpu).
+      description: "Why, from the pod's status, events and log, for example C(Unschedulable: 0/5 nodes are available: 5 Insufficient nvidia.com/gpu)."
       type: str
     duration_s:
       description: Seconds from the Job's creation until it finished, or until the timeout.
@@ -159,6 +160,12 @@ elapsed_s:
 import time
 import uuid
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
+    api_error_message,
+    dynamic_client,
+    k8s_module,
+    raw_json,
+)
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gpu_verify import (
     RUN_LABEL,
     job_finished,
@@ -166,21 +173,6 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gpu_verify import (
     job_name,
     verdict,
 )
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import api_error_message
-
-try:
-    from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-except ImportError:  # reported by the module below, with the fix
-    AUTH_ARG_SPEC = {}
-    get_api_client = AnsibleK8SModule = None
-
-from ansible.module_utils.basic import AnsibleModule
-
-
-def _raw(_client, data):
-    return data
 
 
 class Verifier:
@@ -190,22 +182,22 @@ class Verifier:
 
     def create(self, job: dict, dry_run: bool) -> None:
         params = {"dry_run": "All"} if dry_run else {}
-        self.api.request("post", f"/apis/batch/v1/namespaces/{self.ns}/jobs", body=job, serializer=_raw, **params)
+        self.api.request("post", f"/apis/batch/v1/namespaces/{self.ns}/jobs", body=job, serializer=raw_json, **params)
 
     def jobs(self, run_id: str) -> dict:
         items = self.api.request("get", f"/apis/batch/v1/namespaces/{self.ns}/jobs", label_selector=f"{RUN_LABEL}={run_id}",
-                                 serializer=_raw).get("items") or []
+                                 serializer=raw_json).get("items") or []
         return {j["metadata"]["name"]: j for j in items}
 
     def pods(self, run_id: str) -> dict:
         items = self.api.request("get", f"/api/v1/namespaces/{self.ns}/pods", label_selector=f"{RUN_LABEL}={run_id}",
-                                 serializer=_raw).get("items") or []
+                                 serializer=raw_json).get("items") or []
         return {(p["metadata"].get("labels") or {}).get("job-name"): p for p in items}
 
     def events(self, name: str) -> list:
         try:
             return self.api.request("get", f"/api/v1/namespaces/{self.ns}/events",
-                                    field_selector=f"involvedObject.name={name}", serializer=_raw).get("items") or []
+                                    field_selector=f"involvedObject.name={name}", serializer=raw_json).get("items") or []
         except Exception:  # events are a hint only
             return []
 
@@ -220,7 +212,7 @@ class Verifier:
 
     def delete(self, run_id: str) -> None:
         self.api.request("delete", f"/apis/batch/v1/namespaces/{self.ns}/jobs", label_selector=f"{RUN_LABEL}={run_id}",
-                         propagation_policy="Background", serializer=_raw)
+                         propagation_policy="Background", serializer=raw_json)
 
 
 def main() -> None:
@@ -235,25 +227,18 @@ def main() -> None:
         tolerations=dict(type="list", elements="dict",
                          default=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
         runtime_class=dict(type="str"),
-        image_pull_secrets=dict(type="list", elements="str", default=[]),
+        image_pull_secrets=dict(type="list", elements="str", default=[], no_log=False),  # Secret names, not secrets
         timeout=dict(type="int", default=300),
         require_logs=dict(type="bool", default=True),
         cleanup=dict(type="bool", default=True),
     )
-    argument_spec.update(AUTH_ARG_SPEC)
-    if AnsibleK8SModule is None:
-        AnsibleModule(argument_spec=argument_spec, supports_check_mode=True).fail_json(
-            msg="k8sgpu.nvidia.k8s_gpu_verify needs the kubernetes.core collection")
-    module = AnsibleK8SModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = k8s_module(argument_spec, supports_check_mode=True)
     p = module.params
     if p["per_node"] and not p["nodes"]:
         module.fail_json(msg="per_node=true needs the Node names in nodes")
     if p["gpus"] < 1:
         module.fail_json(msg=f"gpus must be at least 1, not {p['gpus']}")
-    try:
-        api = get_api_client(module=module).client
-    except Exception as exc:
-        module.fail_json(msg=f"Could not reach the Kubernetes API: {exc}")
+    api = dynamic_client(module)
 
     run_id = uuid.uuid4().hex[:6]
     targets = list(p["nodes"]) if p["per_node"] else [None]

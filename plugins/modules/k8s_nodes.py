@@ -21,14 +21,15 @@ description:
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - kubernetes.core.k8s_auth_options
 attributes:
+  platform:
+    platforms: posix
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Patches are sent with C(dryRun=All), so the API server validates them without storing anything.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: full
     details: Per changed Node, the affected labels and the taint list before and after.
 options:
@@ -200,25 +201,19 @@ errors:
   sample: {gpu-07: 'nodes "gpu-07" is forbidden: User "ci" cannot patch resource "nodes"'}
 """
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
+    api_error_message,
+    dynamic_client,
+    k8s_module,
+)
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import (
     NodeBatch,
     NodeSpecError,
     TaintSpec,
-    api_error_message,
     label_value,
     plan_node,
     validate_label_key,
 )
-
-try:
-    from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-except ImportError:  # reported by the module below, with the fix
-    AUTH_ARG_SPEC = {}
-    get_api_client = AnsibleK8SModule = None
-
-from ansible.module_utils.basic import AnsibleModule
 
 
 def _wanted_labels(params: dict) -> tuple[dict, dict]:
@@ -256,12 +251,7 @@ def main() -> None:
         workers=dict(type="int", default=64),
         field_manager=dict(type="str", default="k8sgpu.nvidia"),
     )
-    argument_spec.update(AUTH_ARG_SPEC)
-    if AnsibleK8SModule is None:
-        AnsibleModule(argument_spec=argument_spec, supports_check_mode=True).fail_json(
-            msg="k8sgpu.nvidia.k8s_nodes needs the kubernetes.core collection (ansible-galaxy collection install kubernetes.core)"
-        )
-    module = AnsibleK8SModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = k8s_module(argument_spec, supports_check_mode=True)
     params = module.params
 
     try:
@@ -272,11 +262,7 @@ def main() -> None:
     if params["workers"] < 1:
         module.fail_json(msg=f"workers must be at least 1, not {params['workers']}")
 
-    try:
-        client = get_api_client(module=module)
-    except Exception as exc:  # kubernetes.core raises CoreException, kubernetes raises ConfigException
-        module.fail_json(msg=f"Could not reach the Kubernetes API: {exc}")
-    batch = NodeBatch(client.client, workers=params["workers"], dry_run=module.check_mode,
+    batch = NodeBatch(dynamic_client(module), workers=params["workers"], dry_run=module.check_mode,
                       field_manager=params["field_manager"])
 
     try:

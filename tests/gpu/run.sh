@@ -4,7 +4,7 @@
 # the node-level vectorAdd benchmark (wall time including CUDA initialisation).
 # Output goes to ${OUT:-/tmp/k8sgpu-gpu}.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/k8sgpu-gpu}
 mkdir -p "$OUT"
 export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1

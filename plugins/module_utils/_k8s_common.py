@@ -1,0 +1,56 @@
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to k8sgpu.nvidia: what the collection's Kubernetes modules share.
+
+Authentication and the API client are kubernetes.core's (get_api_client), so
+every module takes the same options and K8S_AUTH_* variables as kubernetes.core.
+Requests go through its dynamic client with plain-dict responses (raw_json),
+which is much cheaper than building the typed client's models for large lists.
+"""
+from __future__ import annotations
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+except ImportError:  # reported by k8s_module(), with the fix
+    AUTH_ARG_SPEC = {}
+    get_api_client = AnsibleK8SModule = None
+
+
+def raw_json(_client, data):
+    """Serializer for the dynamic client: keep the API's JSON as plain dicts."""
+    return data
+
+
+def k8s_module(argument_spec: dict, **kwargs):
+    """An AnsibleK8SModule with kubernetes.core's authentication options added to argument_spec."""
+    spec = {**argument_spec, **AUTH_ARG_SPEC}
+    if AnsibleK8SModule is None:
+        AnsibleModule(argument_spec=spec, **kwargs).fail_json(
+            msg="this module needs the kubernetes.core collection (ansible-galaxy collection install kubernetes.core)")
+    return AnsibleK8SModule(argument_spec=spec, **kwargs)
+
+
+def dynamic_client(module):
+    """kubernetes.core's dynamic client for the module's connection options; fails the module clearly."""
+    try:
+        return get_api_client(module=module).client
+    except Exception as exc:  # kubernetes.core raises CoreException, kubernetes raises ConfigException
+        module.fail_json(msg=f"Could not reach the Kubernetes API: {exc}")
+
+
+def api_error_message(exc: Exception) -> str:
+    """The API server's own message from a dynamic-client exception, else str(exc)."""
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            return json.loads(body).get("message") or str(exc)
+        except (ValueError, AttributeError, TypeError):
+            pass
+    status = getattr(exc, "status", None)
+    return f"HTTP {status}: {getattr(exc, 'reason', exc)}" if status else str(exc)
