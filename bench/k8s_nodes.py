@@ -97,7 +97,7 @@ def timed(cmd: list[str], **kw) -> float:
 def playbook(tasks: list, vars_: dict) -> str:
     play = [{"name": "bench", "hosts": "localhost", "gather_facts": False, "connection": "local",
              "vars": {"ansible_python_interpreter": sys.executable, **vars_}, "tasks": tasks}]
-    f = tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False, dir=ROOT / "bench")
+    f = tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False)
     json.dump(play, f)
     f.close()
     return f.name
