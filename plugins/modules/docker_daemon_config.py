@@ -1,0 +1,297 @@
+#!/usr/bin/python
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: docker_daemon_config
+short_description: Merge container runtimes and settings into Docker's daemon.json, keeping every other key
+version_added: 0.1.0
+description:
+  - Adds or updates runtimes (such as C(nvidia)) under the C(runtimes) key of Docker's C(daemon.json), optionally
+    makes one the C(default-runtime), and sets other top-level keys, by merging into the existing file. Keys it
+    is not asked to change, and runtimes it is not given, are kept as they are, in their order.
+  - Written because the usual ways of enabling the NVIDIA runtime overwrite C(daemon.json) with a template, losing
+    settings such as C(log-driver), C(data-root), C(insecure-registries) or other runtimes.
+  - A file that is not valid JSON, or whose JSON is not an object, fails the task with the parse error's line and
+    column, and is left byte for byte untouched. An empty file (or one of only whitespace) counts as C({}).
+  - When the result equals the current content, the file is not written at all (its modification time stays).
+    Otherwise it is written to a temporary file in the same directory and renamed over the old one, keeping its
+    owner, group and mode. The new content is C(json.dumps) with an indent of 2 and a final newline; existing keys
+    keep their position and new keys are appended.
+  - This module does B(not) restart Docker, which reads C(daemon.json) only when it starts. Notify a handler that
+    restarts it, and restore RV(backup_file) if the restart fails, as the examples show.
+author:
+  - k8sgpu.nvidia maintainers (@k8sgpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  platform:
+    platforms: posix
+  check_mode:
+    support: full
+    details: Reads the file and reports whether it would change, with the diff; writes nothing and makes no backup.
+  diff_mode:
+    support: full
+    details: The file's text before and after, headed with its path.
+options:
+  path:
+    description:
+      - Path of C(daemon.json).
+      - When it is a symbolic link, the link is kept and the file it points to (resolved with all links followed)
+        is updated; RV(path) returns that file.
+    type: path
+    default: /etc/docker/daemon.json
+  runtimes:
+    description:
+      - "Runtimes by name, each the dict Docker wants under C(runtimes), for example
+        C({nvidia: {path: nvidia-container-runtime, runtimeArgs: []}})."
+      - With O(state=present), each is added, or replaces the entry of the same name when that differs. Runtimes
+        not named here are kept.
+      - With O(state=absent), only the names matter; those runtimes are removed. When that empties C(runtimes),
+        the key is removed.
+    type: dict
+    default: {}
+  default_runtime:
+    description:
+      - With O(state=present), the value of C(default-runtime), for example V(nvidia). It must be a runtime of the
+        file or of O(runtimes), V(runc), or a containerd runtime name such as V(io.containerd.runc.v2); anything
+        else would keep dockerd from starting, so the task fails instead.
+      - With O(state=absent), C(default-runtime) is removed when it equals this value.
+      - Omitted or empty, C(default-runtime) is left as it is, except that with O(state=absent) it is also removed
+        when it names a runtime that the task removes, as dockerd would not start with it.
+    type: str
+  settings:
+    description:
+      - "Other top-level keys to set, whatever O(state) is, for example C({log-driver: json-file})."
+      - "Dicts are merged into the existing dicts, at every depth, so C({log-opts: {max-size: 10m}}) keeps the other
+        C(log-opts). Any other value, lists included, replaces the existing one. A value of V(null) removes the key."
+      - C(runtimes) and C(default-runtime) may be set here only when O(runtimes), respectively O(default_runtime),
+        are not given.
+    type: dict
+    default: {}
+  state:
+    description:
+      - V(present) adds or updates O(runtimes) and sets O(default_runtime).
+      - V(absent) removes the runtimes named in O(runtimes), and C(default-runtime) as O(default_runtime) describes.
+    type: str
+    choices: [present, absent]
+    default: present
+  backup:
+    description:
+      - Before changing an existing file, copy it to C(<path>.<pid>.<date>@<time>~) beside it, keeping its owner,
+        group, mode and times, and return that path as RV(backup_file).
+    type: bool
+    default: true
+  create:
+    description:
+      - Create the file, with mode C(0644), when it does not exist and there is something to write; missing parent
+        directories are created with mode C(0755).
+      - With V(false), a missing file fails the task when it would have to be created.
+    type: bool
+    default: true
+notes:
+  - Docker must be restarted (or, for some settings, sent C(SIGHUP)) for changes to take effect. The module does
+    not do it.
+  - The file is compared as JSON, so reformatting alone is not a change; a file that does change is rewritten in
+    the output format above, and comments or duplicate keys (which are not JSON) cannot survive.
+  - On SELinux hosts the file's context is kept, or set to the default for a new file.
+seealso:
+  - name: Docker daemon configuration file
+    description: The keys of C(daemon.json).
+    link: https://docs.docker.com/reference/cli/dockerd/#daemon-configuration-file
+  - name: NVIDIA Container Toolkit, configuring Docker
+    description: The C(nvidia) runtime entry.
+    link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html#configuring-docker
+"""
+
+EXAMPLES = r"""
+- name: Add the NVIDIA runtime and make it the default, keeping the rest of daemon.json
+  k8sgpu.nvidia.docker_daemon_config:
+    runtimes:
+      nvidia:
+        path: nvidia-container-runtime
+        runtimeArgs: []
+    default_runtime: nvidia
+  notify: Restart docker
+
+- name: Cap container logs, keeping the other log options
+  k8sgpu.nvidia.docker_daemon_config:
+    settings:
+      log-opts:
+        max-size: 10m
+        max-file: "3"
+      legacy-option: null
+
+- name: Remove the NVIDIA runtime, and default-runtime when it is nvidia
+  k8sgpu.nvidia.docker_daemon_config:
+    runtimes:
+      nvidia: {}
+    default_runtime: nvidia
+    state: absent
+  notify: Restart docker
+
+# Restart at once, and put the old file back if Docker does not come up with the new one.
+- name: Merge the NVIDIA runtime into daemon.json
+  k8sgpu.nvidia.docker_daemon_config:
+    runtimes:
+      nvidia: {path: nvidia-container-runtime, runtimeArgs: []}
+    default_runtime: nvidia
+  register: daemon_json
+
+- name: Restart Docker with the new daemon.json
+  when: daemon_json.changed
+  block:
+    - name: Restart Docker
+      ansible.builtin.systemd_service:
+        name: docker
+        state: restarted
+  rescue:
+    - name: Restore the previous daemon.json
+      ansible.builtin.copy:
+        src: "{{ daemon_json.backup_file }}"
+        dest: "{{ daemon_json.path }}"
+        remote_src: true
+        mode: preserve
+      when: daemon_json.backup_file is defined
+
+    - name: Remove daemon.json, which did not exist before
+      ansible.builtin.file:
+        path: "{{ daemon_json.path }}"
+        state: absent
+      when: daemon_json.previous == {} and daemon_json.backup_file is not defined
+
+    - name: Restart Docker with the previous daemon.json
+      ansible.builtin.systemd_service:
+        name: docker
+        state: restarted
+
+    - name: Fail the host
+      ansible.builtin.fail:
+        msg: Docker did not start with the new daemon.json; the previous one was restored.
+"""
+
+RETURN = r"""
+path:
+  description: The file read and written, with symbolic links resolved.
+  returned: always
+  type: str
+  sample: /etc/docker/daemon.json
+config:
+  description: The content of the file after the task (or that it would have, in check mode).
+  returned: always
+  type: dict
+  sample:
+    log-driver: json-file
+    runtimes:
+      nvidia:
+        path: nvidia-container-runtime
+        runtimeArgs: []
+    default-runtime: nvidia
+previous:
+  description: The content of the file before the task; C({}) when it did not exist or was empty.
+  returned: always
+  type: dict
+  sample:
+    log-driver: json-file
+backup_file:
+  description: The copy of the previous file, made with O(backup=true) when an existing file was changed.
+  returned: changed and a backup was made
+  type: str
+  sample: /etc/docker/daemon.json.2417.2026-05-04@10:21:07~
+runtimes_added:
+  description: Runtimes that were not there and were added.
+  returned: always
+  type: list
+  elements: str
+  sample: [nvidia]
+runtimes_updated:
+  description: Runtimes that were there with a different definition, and were replaced.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+runtimes_removed:
+  description: Runtimes removed, with O(state=absent).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._daemon_json import (
+    DaemonJsonError,
+    dump_config,
+    plan_config,
+    read_config,
+    write_config,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", default="/etc/docker/daemon.json"),
+            runtimes=dict(type="dict", default={}),
+            default_runtime=dict(type="str"),
+            settings=dict(type="dict", default={}),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            backup=dict(type="bool", default=True),
+            create=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    path = os.path.realpath(params["path"])
+
+    try:
+        data, current = read_config(path)
+        plan = plan_config(
+            current,
+            runtimes=params["runtimes"],
+            default_runtime=params["default_runtime"],
+            settings=params["settings"],
+            state=params["state"],
+        )
+    except DaemonJsonError as exc:
+        module.fail_json(msg=str(exc), path=path)
+
+    result = dict(
+        changed=plan.changed,
+        path=path,
+        config=plan.config,
+        previous=plan.previous,
+        runtimes_added=plan.runtimes_added,
+        runtimes_updated=plan.runtimes_updated,
+        runtimes_removed=plan.runtimes_removed,
+    )
+    if not plan.changed:
+        module.exit_json(**result)
+    if data is None and not params["create"]:
+        module.fail_json(msg=f"{path} does not exist, and create=false.", **result)
+
+    text = dump_config(plan.config)
+    if module._diff:
+        result["diff"] = dict(
+            before="" if data is None else data.decode("utf-8-sig"),
+            after=text,
+            before_header=path,
+            after_header=path,
+        )
+    if not module.check_mode:
+        try:
+            backup_file = write_config(module, path, text, exists=data is not None, backup=params["backup"])
+        except DaemonJsonError as exc:
+            module.fail_json(msg=str(exc), **result)
+        if backup_file:
+            result["backup_file"] = backup_file
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
