@@ -58,7 +58,8 @@ def job_manifest(name: str, namespace: str, run_id: str, image: str, gpus: int, 
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": max(1, int(timeout)),
+            # A safety net behind the module's own timeout, which reports the pod's state and deletes the Job first.
+            "activeDeadlineSeconds": max(1, int(timeout)) + 60,
             # Removed by the TTL controller even if the task is interrupted before its own cleanup.
             "ttlSecondsAfterFinished": 600,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
@@ -128,7 +129,8 @@ def verdict(job: dict, pod: dict | None, logs: str | None, events: list) -> dict
         elif terminated:
             reason = f"container exited {terminated.get('exitCode')}: {terminated.get('reason') or ''} {terminated.get('message') or ''}".strip()
         else:
-            reason = _job_failure_reason(job) or pending_reason(pod, events)
+            # The Job gave up (for example DeadlineExceeded) before its pod ran: say why the pod did not run.
+            reason = "; ".join(r for r in (_job_failure_reason(job), pending_reason(pod, events)) if r)
         return {"status": "failed", "passed": False, "reason": reason, "log_tail": tail}
     if pod_status.get("phase") == "Running":
         return {"status": "running", "passed": False, "reason": f"still running ({pod['metadata']['name']})"}

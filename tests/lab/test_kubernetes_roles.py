@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 
 import pytest
@@ -165,15 +166,25 @@ DS = "nvidia-device-plugin-daemonset"
 
 @pytest.fixture
 def plugin(core):
+    """AppsV1Api, with no device plugin deployed before the test (site.yml may have left one) or after it."""
     apps = client.AppsV1Api(core.api_client)
+
+    def remove():
+        for call in (lambda: apps.delete_namespaced_daemon_set(DS, "kube-system"),
+                     lambda: core.delete_namespaced_config_map(f"{DS}-config", "kube-system")):
+            try:
+                call()
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+        for _attempt in range(50):
+            if not _plugin_pods(core):
+                return
+            time.sleep(0.2)
+
+    remove()
     yield apps
-    for call in (lambda: apps.delete_namespaced_daemon_set(DS, "kube-system"),
-                 lambda: core.delete_namespaced_config_map(f"{DS}-config", "kube-system")):
-        try:
-            call()
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
+    remove()
 
 
 def _plugin_pods(core) -> dict:

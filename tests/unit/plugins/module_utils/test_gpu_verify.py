@@ -27,7 +27,7 @@ def test_manifest_pins_by_hostname_label_and_requests_gpus():
     assert "nodeName" not in spec  # the scheduler must still check capacity and taints
     assert spec["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
     assert spec["runtimeClassName"] == "nvidia" and spec["imagePullSecrets"] == [{"name": "regcred"}]
-    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 120
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 180
     assert job["spec"]["template"]["metadata"]["labels"]["k8sgpu.nvidia/verify-run"] == "r1"
 
 
@@ -69,3 +69,13 @@ def test_driver_too_old():
 def test_container_exit_code():
     res = verdict(FAILED, pod("Failed", terminated={"exitCode": 139, "reason": "Error"}), "Segmentation fault", [])
     assert res["reason"] == "container exited 139: Error"
+
+
+def test_job_past_its_deadline_still_says_why_the_pod_never_ran():
+    deadline = {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+                                                        "message": "Job was active longer than specified deadline"}]}}
+    sched = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/5 nodes are available: 5 Insufficient nvidia.com/gpu."}
+    res = verdict(deadline, pod(scheduled=sched), None, [])
+    assert res["status"] == "failed"
+    assert res["reason"].startswith("DeadlineExceeded") and "Insufficient nvidia.com/gpu" in res["reason"]
