@@ -19,6 +19,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._daemon_json import 
     plan_config,
 )
 from ansible_collections.k8sgpu.nvidia.plugins.modules import docker_daemon_config
+from module_harness import AnsibleExitJson, AnsibleFailJson
 
 NVIDIA = {"path": "nvidia-container-runtime", "runtimeArgs": []}
 RUNC_CUSTOM = {"path": "/usr/local/bin/runc-custom", "runtimeArgs": ["--debug"]}
@@ -36,27 +37,6 @@ EXISTING_TEXT = (
     '    "runtimes": {"runc-custom": {"path": "/usr/local/bin/runc-custom", "runtimeArgs": ["--debug"]}}\n}\n'
 )
 ADD_NVIDIA = {"runtimes": {"nvidia": NVIDIA}, "default_runtime": "nvidia"}
-
-
-class AnsibleExitJson(Exception):
-    pass
-
-
-class AnsibleFailJson(Exception):
-    pass
-
-
-@pytest.fixture
-def module_io(monkeypatch):
-    """Turn exit_json/fail_json into exceptions carrying the result."""
-    def exit_json(self, **kwargs):
-        raise AnsibleExitJson(kwargs)
-
-    def fail_json(self, msg, **kwargs):
-        raise AnsibleFailJson({"msg": msg, **kwargs})
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
 
 
 def run_main(args: dict) -> dict:

@@ -10,36 +10,12 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.k8sgpu.nvidia.plugins.modules import gpu_facts
+from module_harness import AnsibleExitJson, AnsibleFailJson
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 H100 = FIXTURES / "h100"
 H100_UUID = "GPU-3df950bc-14e1-c147-af67-d6bc91665500"
 H100_PROC_VERSION = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \n"
-
-
-class AnsibleExitJson(Exception):
-    pass
-
-
-class AnsibleFailJson(Exception):
-    pass
-
-
-@pytest.fixture
-def module_io(monkeypatch):
-    """Turn exit_json/fail_json into exceptions carrying the result; collect warnings."""
-    warnings = []
-
-    def exit_json(self, **kwargs):
-        raise AnsibleExitJson(kwargs)
-
-    def fail_json(self, msg, **kwargs):
-        raise AnsibleFailJson({"msg": msg, **kwargs})
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: warnings.append(warning))
-    return warnings
 
 
 @pytest.fixture
