@@ -19,6 +19,16 @@ echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/verify.log"
 echo "== second run (idempotence: changed must be 0)" | tee -a "$OUT/verify.log"
 ansible-playbook -i tests/gpu/inventory.yml playbooks/verify.yml 2>&1 | grep -A3 'PLAY RECAP' | tee -a "$OUT/verify.log"
 
+DRIVER_BRANCH=${DRIVER_BRANCH:-580}
+echo "== driver role (branch $DRIVER_BRANCH): must change nothing and not call apt" | tee "$OUT/driver.log"
+apt_state() { stat -c '%n %s %Y' /var/log/apt/history.log /var/log/dpkg.log /var/lib/dpkg/status 2>/dev/null; }
+before=$(apt_state)
+ansible-playbook -i tests/gpu/inventory.yml tests/gpu/driver.yml -e "driver_branch=$DRIVER_BRANCH" 2>&1 | tee -a "$OUT/driver.log"
+echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/driver.log"
+after=$(apt_state)
+if [ "$before" = "$after" ]; then echo "package manager: not called (apt/dpkg logs and dpkg status unchanged)"; else
+  echo "package manager: CHANGED"; echo "$before"; echo "$after"; fi | tee -a "$OUT/driver.log"
+
 echo "== gpu_facts" | tee "$OUT/facts.json"
 ansible localhost -i tests/gpu/inventory.yml -m k8sgpu.nvidia.gpu_facts 2>&1 | tee -a "$OUT/facts.json"
 
