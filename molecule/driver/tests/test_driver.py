@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-BRANCH = {"molecule-debian12": "535.", "molecule-debian13": "550."}
+BRANCH = {"molecule-debian12": "535."}
 
 
 def test_packages_installed_from_the_wanted_branch(host):
