@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import taint_str
+
 
 def taint_to_string(taint: dict) -> str:
     """Return a taint as ``key[=value]:Effect``, the form ``kubectl taint`` takes."""
     if not isinstance(taint, dict) or "key" not in taint or "effect" not in taint:
         raise AnsibleFilterError(f"taint_to_string expects a taint with 'key' and 'effect', got {taint!r}")
-    value = taint.get("value")
-    return f"{taint['key']}{'=' + value if value else ''}:{taint['effect']}"
+    return taint_str(taint)
 
 
 class FilterModule:

@@ -6,6 +6,8 @@ Pure functions over the API's JSON (dicts), so they are unit-tested without a cl
 """
 from __future__ import annotations
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import taint_str
+
 
 def _quantity(value) -> int:
     try:
@@ -117,8 +119,7 @@ def diagnose(name: str, node: dict | None, resource: str, plugin_pods: list | No
         untolerated = [t for t in (node.get("spec") or {}).get("taints") or []
                        if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(pod_spec.get("tolerations"), t)]
         if untolerated:
-            taints = ", ".join(f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}" for t in untolerated)
-            return f"no device plugin pod on this node: untolerated taint(s) {taints}"
+            return f"no device plugin pod on this node: untolerated taint(s) {', '.join(map(taint_str, untolerated))}"
         return "no device plugin pod on this node yet"
     pods = plugin_pods or []
     not_ready = [p for p in pods if not _pod_ready(p)]

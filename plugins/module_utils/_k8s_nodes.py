@@ -105,6 +105,7 @@ class TaintSpec:
 
 
 def taint_str(taint: dict) -> str:
+    """A taint as key[=value]:Effect, the form kubectl taint takes."""
     value = taint.get("value")
     return f"{taint['key']}{'=' + value if value else ''}:{taint['effect']}"
 

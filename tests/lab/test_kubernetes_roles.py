@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 
@@ -10,16 +9,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from conftest import GPU_NODES, run
+from conftest import GPU_NODES, recap, run
 
 CP_KEY = "node-role.kubernetes.io/control-plane"
 MASTER_KEY = "node-role.kubernetes.io/master"
 OTHER = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
-
-
-def _recap(out: str) -> dict:
-    return {h: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", s)}
-            for h, s in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M)}
 
 
 def role(name: str, *args: str, extra: dict | None = None):
@@ -30,7 +24,7 @@ def role(name: str, *args: str, extra: dict | None = None):
 
 
 def changed(res) -> int:
-    return _recap(res.stdout).get("localhost", {}).get("changed", -1)
+    return recap(res.stdout).get("localhost", {}).get("changed", -1)
 
 
 def taints_of(core, name) -> list[tuple]:

@@ -3,14 +3,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import GPU_NODES
-
-
-def _recap(out: str) -> dict[str, dict[str, int]]:
-    recap = {}
-    for host, stats in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M):
-        recap[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", stats)}
-    return recap
+from conftest import GPU_NODES, recap
 
 
 def test_site_runs_and_a_second_run_changes_nothing(playbook):
@@ -18,9 +11,9 @@ def test_site_runs_and_a_second_run_changes_nothing(playbook):
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
     res = playbook("site.yml")
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
-    recap = _recap(res.stdout)
-    assert set(recap) == {*GPU_NODES, "localhost"}, recap
-    assert all(s["failed"] == 0 and s["unreachable"] == 0 and s["changed"] == 0 for s in recap.values()), recap
+    stats = recap(res.stdout)
+    assert set(stats) == {*GPU_NODES, "localhost"}, stats
+    assert all(s["failed"] == 0 and s["unreachable"] == 0 and s["changed"] == 0 for s in stats.values()), stats
     assert "Every host of group gpu_nodes has a Node" in res.stdout
     assert "0 NVIDIA GPU(s) in sysfs" in res.stdout and "driver not loaded" in res.stdout
     assert re.search(r"k8sgpu-lab-gpu-1\s+Ready\s+gpus=8", res.stdout), res.stdout[-3000:]
@@ -29,7 +22,7 @@ def test_site_runs_and_a_second_run_changes_nothing(playbook):
 def test_site_in_check_mode(playbook):
     res = playbook("site.yml", "--check", "--diff")
     assert res.returncode == 0, res.stdout[-4000:]
-    assert all(s["changed"] == 0 for s in _recap(res.stdout).values())
+    assert all(s["changed"] == 0 for s in recap(res.stdout).values())
 
 
 def test_missing_node_fails_naming_host_and_node(playbook):
