@@ -123,8 +123,9 @@ main() {
     kubernetes) build_kubernetes ;;
     etcd) build_etcd ;;
     kwok) build_kwok ;;
-    all) build_kwok; build_etcd; build_kubernetes ;;
-    *) die "usage: $0 [all|kubernetes|etcd|kwok]" ;;
+    toolkit) "$(dirname "$0")/build-toolkit-repo.sh" >/dev/null ;;
+    all) build_kwok; build_etcd; build_kubernetes; "$(dirname "$0")/build-toolkit-repo.sh" >/dev/null ;;
+    *) die "usage: $0 [all|kubernetes|etcd|kwok|toolkit]" ;;
   esac
 }
 main "$@"

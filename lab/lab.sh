@@ -107,7 +107,7 @@ start_apt_proxy() {
   fi
   owner=$(port_owner "$APT_PROXY_PORT")
   [ -z "$owner" ] || die "port $APT_PROXY_PORT (apt proxy) is taken by $owner; stop it or set K8SGPU_LAB_APT_PROXY_PORT to a free port"
-  mkdir -p "$K8SGPU_CACHE/apt-cacher-ng" "$LAB_STATE/apt-cacher-ng"
+  mkdir -p "$K8SGPU_CACHE/apt-cacher-ng" "$K8SGPU_CACHE/mirror" "$LAB_STATE/apt-cacher-ng"
   # Debian's package points the Debian remap at ftp.debian.org; send it to the
   # mirror this machine reaches instead.
   rm -rf "$LAB_STATE/apt-cacher-ng/conf"
@@ -117,6 +117,7 @@ start_apt_proxy() {
     ForeGround=1 Port="$APT_PROXY_PORT" BindAddress="127.0.0.1 $LAB_GATEWAY" \
     CacheDir="$K8SGPU_CACHE/apt-cacher-ng" LogDir="$LAB_STATE/apt-cacher-ng" \
     SocketPath="$LAB_STATE/apt-cacher-ng/socket" PidFile="" \
+    LocalDirs="k8sgpu-mirror $K8SGPU_CACHE/mirror" \
     >"$LAB_STATE/apt-cacher-ng.log" 2>&1 < /dev/null &
   echo $! >"$pidf"
   STARTED+=(apt_proxy)
@@ -267,8 +268,18 @@ write_env() {
 export KUBECONFIG="$KUBECONFIG_OUT"
 export PATH="$(k8s_bin_dir):\$PATH"
 export K8SGPU_LAB_APT_PROXY="http://$LAB_GATEWAY:$APT_PROXY_PORT"
+export K8SGPU_LAB_TOOLKIT_MIRROR="$(toolkit_mirror_url)"
 ENV
   echo "http://$LAB_GATEWAY:$APT_PROXY_PORT" >"$LAB_STATE/apt-proxy-url"
+  toolkit_mirror_url >"$LAB_STATE/toolkit-mirror-url"
+  echo "$K8SGPU_CACHE/bin/nvidia-container-toolkit-$NVIDIA_CTK_VERSION" >"$LAB_STATE/toolkit-bin-dir"
+}
+
+# The NVIDIA container toolkit repository built by lab/build-toolkit-repo.sh,
+# served by apt-cacher-ng from $K8SGPU_CACHE/mirror (LocalDirs). Nodes reach
+# it directly: apt-cacher-ng refuses to proxy requests to itself.
+toolkit_mirror_url() {
+  echo "http://$LAB_GATEWAY:$APT_PROXY_PORT/k8sgpu-mirror/$(basename "$(toolkit_repo_dir)")/libnvidia-container"
 }
 
 cmd_up() {
@@ -280,7 +291,8 @@ cmd_up() {
   start_docker
   start_network
   start_apt_proxy
-  # The Go builds are CPU-bound and debootstrap is network-bound: run them side by side.
+  # The Go builds (control plane, kwok, the container toolkit's apt repository)
+  # are CPU-bound and debootstrap is network-bound: run them side by side.
   setsid "$LAB_ROOT/lab/build-binaries.sh" all >"$LAB_STATE/build-binaries.log" 2>&1 < /dev/null &
   local builder=$! entry
   BUILDER_PID=$builder

@@ -14,6 +14,10 @@ LAB_STATE="${K8SGPU_LAB_STATE:-$LAB_ROOT/.lab}"
 K8S_VERSION="${K8S_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+# NVIDIA container toolkit built into the lab's local apt repository.
+NVIDIA_CTK_VERSION="${NVIDIA_CTK_VERSION:-v1.20.1}"
+# Bump when lab/build-toolkit-repo.sh packages differently.
+TOOLKIT_RECIPE=1
 
 LAB_NAME="${K8SGPU_LAB_NAME:-k8sgpu-lab}"
 
@@ -36,6 +40,7 @@ need_space() {
 
 k8s_bin_dir() { echo "$K8SGPU_CACHE/bin/kubernetes-$K8S_VERSION"; }
 etcd_bin_dir() { echo "$K8SGPU_CACHE/bin/etcd-$ETCD_VERSION"; }
+toolkit_repo_dir() { echo "$K8SGPU_CACHE/mirror/toolkit-$NVIDIA_CTK_VERSION-$TOOLKIT_RECIPE"; }
 kwok_bin_dir() { echo "$K8SGPU_CACHE/bin/kwok-$KWOK_VERSION"; }
 
 export GOMODCACHE="${GOMODCACHE_LAB:-$K8SGPU_CACHE/go/mod}"

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-NEW_FILE_MODE = 0o644
-NEW_DIR_MODE = 0o755
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import AtomicWriteError, write_file
+
 # Runtimes dockerd knows without a "runtimes" entry (daemon/runtime_unix.go).
 BUILTIN_RUNTIMES = ("runc", "io.containerd.runc.v2")
 _UNTOUCHED = "fix or remove it; it was left untouched"
@@ -183,53 +181,12 @@ def read_config(path: str) -> tuple[bytes | None, dict]:
     return data, parse_config(data, path)
 
 
-def _make_parents(directory: str) -> None:
-    """Create directory and its missing parents, each with mode 0755 whatever the umask."""
-    missing = []
-    while directory and not os.path.isdir(directory):
-        missing.append(directory)
-        directory = os.path.dirname(directory)
-    for created in reversed(missing):
-        os.mkdir(created)
-        os.chmod(created, NEW_DIR_MODE)
-
-
 def write_config(module, path: str, text: str, exists: bool, backup: bool) -> str | None:
     """Atomically replace (or create) path with text; return the backup's path, if one was made.
 
-    An existing file keeps its owner, group, mode and SELinux context (module.atomic_move copies them from it);
-    a new one gets mode 0644. Raises DaemonJsonError when something fails; the file is then unchanged, and the
-    backup made for it removed.
+    See _atomic_file.write_file; its errors become DaemonJsonError.
     """
-    backup_file = None
-    directory = os.path.dirname(path) or "."
-    tmp = None
-    moved = False
     try:
-        if exists and backup:
-            backup_file = module.backup_local(path) or None
-        elif not exists:
-            _make_parents(directory)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        if not exists:
-            os.chmod(tmp, NEW_FILE_MODE)
-        module.atomic_move(tmp, path)
-        moved = True
-        if not exists:
-            os.chmod(path, NEW_FILE_MODE)
-    except Exception as exc:
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        if isinstance(exc, OSError) and exc.filename:
-            detail = f"{detail}: {exc.filename}"
-        elif exc.__cause__ is not None:
-            detail = f"{detail} ({exc.__cause__})"
-        raise DaemonJsonError(f"Could not write {path}: {detail}.") from exc
-    finally:
-        for leftover in () if moved else (tmp, backup_file):
-            if leftover is not None and os.path.lexists(leftover):
-                os.unlink(leftover)
-    return backup_file
+        return write_file(module, path, text.encode("utf-8"), exists=exists, backup=backup)
+    except AtomicWriteError as exc:
+        raise DaemonJsonError(str(exc)) from exc

@@ -1,0 +1,61 @@
+"""Faults: a runtime that does not start with the new configuration, and a daemon.json that is not JSON."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+SCENARIO = Path(__file__).resolve().parents[1]
+ROOT = SCENARIO.parents[1]
+
+
+def play(host, **extra_vars) -> subprocess.CompletedProcess:
+    """Apply the role to this instance only, as a user would, with extra variables."""
+    name = host.backend.get_hostname()
+    extra = {
+        "container_toolkit_repo_url": os.environ["K8SGPU_LAB_TOOLKIT_MIRROR"],
+        "container_toolkit_repo_proxy": "DIRECT",
+        **extra_vars,
+    }
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+    return subprocess.run(
+        ["ansible-playbook", "-i", f"{name},", "-c", "community.docker.docker", str(SCENARIO / "faults.yml"),
+         "-e", json.dumps(extra)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+
+
+def daemon_json(host) -> bytes:
+    return host.check_output("base64 -w0 /etc/docker/daemon.json").encode()
+
+
+def test_docker_that_does_not_start_gets_its_previous_daemon_json_back(host):
+    before = daemon_json(host)
+    cp = play(host, container_toolkit_docker_settings={"k8sgpu-no-such-option": True})
+    out = cp.stdout + cp.stderr
+    assert cp.returncode != 0, out
+    assert "docker.service did not start with the NVIDIA runtime configuration in /etc/docker/daemon.json" in out, out
+    assert "The previous configuration was restored and docker.service runs again with it." in out, out
+    assert "k8sgpu-no-such-option" in out  # dockerd's own complaint, from the journal
+    assert daemon_json(host) == before
+    assert host.service("docker").is_running
+    assert host.check_output("docker info --format '{{.DefaultRuntime}}'") == "nvidia"
+
+
+def test_daemon_json_that_is_not_json_fails_and_stays_untouched(host):
+    original = host.check_output("cat /etc/docker/daemon.json")
+    broken = '{"log-driver": "json-file",\n  "storage-driver": vfs\n}\n'
+    host.check_output(f"printf '%s' '{broken}' > /etc/docker/daemon.json")
+    try:
+        before = daemon_json(host)
+        cp = play(host)
+        out = cp.stdout + cp.stderr
+        assert cp.returncode != 0, out
+        assert "/etc/docker/daemon.json is not valid JSON" in out, out
+        assert "line 2" in out
+        assert daemon_json(host) == before
+        assert host.service("docker").is_running  # not restarted with a broken file
+    finally:
+        host.check_output(f"cat > /etc/docker/daemon.json <<'EOF'\n{original}\nEOF")

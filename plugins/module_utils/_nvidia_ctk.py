@@ -1,0 +1,143 @@
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to k8sgpu.nvidia: plan containerd and CRI-O configuration with ``nvidia-ctk runtime configure``.
+
+Not a public API. nvidia-ctk knows each runtime's configuration format (containerd config versions 2 and 3 and
+their CRI plugin names, CRI-O's drop-ins) and copies the options of the existing runc runtime (SystemdCgroup...)
+into the nvidia one, so the collection lets it decide the content. What nvidia-ctk lacks for Ansible is a way to
+see the change before it is made: its --dry-run prints the drop-in and the main file one after the other with no
+separator, it makes no backup, and it writes in place. So nvidia-ctk runs on copies in a scratch directory, the
+results are compared with the real files, and only the files that differ are replaced (by the caller, atomically,
+with a backup).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+RUNTIMES = ("containerd", "crio")
+DEFAULT_PATHS = {
+    # The paths nvidia-ctk itself uses (cmd/nvidia-ctk/runtime/configure/configure.go).
+    "containerd": ("/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"),
+    "crio": ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d/99-nvidia.toml"),
+}
+
+
+class NvidiaCtkError(RuntimeError):
+    """nvidia-ctk could not plan the change; the message says which runtime, file and why."""
+
+
+@dataclass
+class FileChange:
+    """One file nvidia-ctk would write: its content now (None: absent) and after."""
+
+    path: str
+    before: bytes | None
+    after: bytes
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+def command(
+    nvidia_ctk: str,
+    runtime: str,
+    config_path: str,
+    drop_in_path: str,
+    runtime_name: str,
+    runtime_path: str,
+    set_as_default: bool,
+    enable_cdi: bool,
+) -> list[str]:
+    """The nvidia-ctk command line for the given (scratch) paths."""
+    cmd = [
+        nvidia_ctk,
+        "--quiet",
+        "runtime",
+        "configure",
+        f"--runtime={runtime}",
+        f"--config={config_path}",
+        f"--drop-in-config={drop_in_path}",
+        f"--nvidia-runtime-name={runtime_name}",
+        f"--nvidia-runtime-path={runtime_path}",
+    ]
+    if set_as_default:
+        cmd.append("--set-as-default")
+    if enable_cdi:
+        cmd.append("--enable-cdi")
+    return cmd
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise NvidiaCtkError(f"{path} is a directory, not a file.") from None
+    except OSError as exc:
+        raise NvidiaCtkError(f"Could not read {path}: {exc.strerror}.") from None
+
+
+def plan(
+    run_command,
+    nvidia_ctk: str,
+    runtime: str,
+    config_path: str,
+    drop_in_path: str,
+    runtime_name: str = "nvidia",
+    runtime_path: str = "/usr/bin/nvidia-container-runtime",
+    set_as_default: bool = True,
+    enable_cdi: bool = False,
+) -> tuple[list[FileChange], list[str]]:
+    """Run nvidia-ctk on copies of config_path and drop_in_path; return the files it writes and the command.
+
+    run_command is AnsibleModule.run_command (or one like it). Paths are absolute and resolved by the caller.
+    The scratch directory mirrors the real paths under its root, so the ``imports`` glob nvidia-ctk adds to
+    containerd's main file names the scratch drop-in directory; that root is cut from the results.
+    """
+    if runtime not in RUNTIMES:
+        raise NvidiaCtkError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}.")
+    for path in (config_path, drop_in_path):
+        if not os.path.isabs(path):
+            raise NvidiaCtkError(f"{path!r} is not an absolute path.")
+    if config_path == drop_in_path:
+        raise NvidiaCtkError(f"the drop-in file and the main file are the same path, {config_path}.")
+    # The drop-in first: written before the main file imports it.
+    before = {p: _read(p) for p in (drop_in_path, config_path)}
+    scratch = tempfile.mkdtemp(prefix="k8sgpu-nvidia-ctk-")
+    try:
+        inside = {p: scratch + p for p in before}
+        # An imports entry for the real drop-in directory must name the scratch one, or nvidia-ctk adds a second.
+        drop_in_dir = os.path.dirname(drop_in_path).encode() + b"/"
+        for real, copy in inside.items():
+            os.makedirs(os.path.dirname(copy), exist_ok=True)
+            if before[real] is not None:
+                with open(copy, "wb") as f:
+                    f.write(before[real].replace(drop_in_dir, scratch.encode() + drop_in_dir))
+        cmd = command(
+            nvidia_ctk, runtime, inside[config_path], inside[drop_in_path],
+            runtime_name, runtime_path, set_as_default, enable_cdi,
+        )
+        rc, out, err = run_command(cmd)
+        if rc != 0:
+            detail = (err or out or "").strip().splitlines()
+            raise NvidiaCtkError(
+                f"nvidia-ctk could not configure {runtime} from {config_path} (exit {rc}): "
+                f"{' '.join(detail[-3:]) or 'no output'}. Fix {config_path} or the options; nothing was changed."
+            )
+        changes = []
+        for real, copy in inside.items():
+            after = _read(copy)
+            if after is None:
+                continue
+            changes.append(FileChange(real, before[real], after.replace(scratch.encode(), b"")))
+        return changes, command(
+            nvidia_ctk, runtime, config_path, drop_in_path, runtime_name, runtime_path, set_as_default, enable_cdi
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

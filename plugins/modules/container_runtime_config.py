@@ -1,0 +1,246 @@
+#!/usr/bin/python
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: container_runtime_config
+short_description: Make the NVIDIA runtime known to containerd or CRI-O, and their default, through nvidia-ctk
+version_added: 0.1.0
+description:
+  - Runs C(nvidia-ctk runtime configure) for containerd (config versions 2 and 3) or CRI-O, which writes the
+    C(nvidia) runtime into a drop-in file (by default C(/etc/containerd/conf.d/99-nvidia.toml) or
+    C(/etc/crio/crio.conf.d/99-nvidia.toml)) and, for containerd, adds an C(imports) entry for the drop-in
+    directory to the main C(config.toml). nvidia-ctk copies the options of the existing runc runtime (such as
+    C(SystemdCgroup)) into the nvidia one, and knows the CRI plugin name of each config version.
+  - Written because nvidia-ctk cannot be used with check or diff mode (its C(--dry-run) prints the drop-in and
+    the main file one after the other with no separator), makes no backup and writes in place. This module runs
+    nvidia-ctk on copies of the files in a scratch directory, compares the results with the real files, and
+    replaces only those that differ, each atomically (temporary file and rename, owner, group and mode kept)
+    after a backup. A second run changes nothing.
+  - When nvidia-ctk rewrites containerd's main file to add C(imports), it writes the file in its own TOML layout;
+    comments in that file are lost. The settings are kept. The diff shows exactly what changes.
+  - This module does B(not) restart the runtime. Notify a handler that restarts it and restores RV(files[].backup_file)
+    (or removes a file RV(files[].created) by the task) if the restart fails, as the examples show.
+author:
+  - k8sgpu.nvidia maintainers (@k8sgpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  platform:
+    platforms: posix
+  check_mode:
+    support: full
+    details: Runs nvidia-ctk on scratch copies only and reports what would change, with the diff; writes nothing.
+  diff_mode:
+    support: full
+    details: Each changed file's text before and after, headed with its path.
+options:
+  runtime:
+    description: The container runtime to configure.
+    type: str
+    choices: [containerd, crio]
+    required: true
+  config_path:
+    description:
+      - The runtime's main configuration file. nvidia-ctk reads it (a missing file counts as empty, which for
+        containerd means config version 2) and, for containerd, adds the drop-in directory to its C(imports).
+      - Default C(/etc/containerd/config.toml) or C(/etc/crio/crio.conf). A symbolic link is kept and the file it
+        points to is updated.
+    type: path
+  drop_in_path:
+    description:
+      - The NVIDIA drop-in file nvidia-ctk writes the runtime into. Default C(/etc/containerd/conf.d/99-nvidia.toml)
+        or C(/etc/crio/crio.conf.d/99-nvidia.toml).
+    type: path
+  runtime_name:
+    description: Name of the NVIDIA runtime in the runtime's configuration.
+    type: str
+    default: nvidia
+  runtime_path:
+    description: Path of the NVIDIA runtime executable the entry points to.
+    type: path
+    default: /usr/bin/nvidia-container-runtime
+  set_as_default:
+    description: Make the NVIDIA runtime the default one (containerd C(default_runtime_name), CRI-O C(default_runtime)).
+    type: bool
+    default: true
+  enable_cdi:
+    description: Also enable CDI device injection in the runtime (containerd C(enable_cdi)).
+    type: bool
+    default: false
+  nvidia_ctk:
+    description: Path of C(nvidia-ctk). Default C(nvidia-ctk) found on the PATH.
+    type: path
+  backup:
+    description:
+      - Before changing an existing file, copy it to C(<path>.<pid>.<date>@<time>~) beside it, keeping owner,
+        group, mode and times, and return that path as RV(files[].backup_file).
+    type: bool
+    default: true
+notes:
+  - Fails, changing nothing, when nvidia-ctk is missing, when a file cannot be read, or when nvidia-ctk rejects the
+    configuration (for example a main file that is not TOML); the message names the file and gives nvidia-ctk's
+    last lines.
+requirements:
+  - nvidia-ctk from the NVIDIA Container Toolkit (package C(nvidia-container-toolkit-base)).
+seealso:
+  - module: k8sgpu.nvidia.docker_daemon_config
+  - name: NVIDIA Container Toolkit, configuring containerd and CRI-O
+    description: What C(nvidia-ctk runtime configure) writes.
+    link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html#configuring-containerd-for-kubernetes
+"""
+
+EXAMPLES = r"""
+- name: Make nvidia containerd's default runtime
+  k8sgpu.nvidia.container_runtime_config:
+    runtime: containerd
+  register: containerd_nvidia
+
+- name: Restart containerd, or put the previous files back
+  when: containerd_nvidia.changed
+  block:
+    - name: Restart containerd
+      ansible.builtin.systemd_service:
+        name: containerd
+        state: restarted
+  rescue:
+    - name: Restore the files that had a previous version
+      ansible.builtin.copy:
+        src: "{{ item.backup_file }}"
+        dest: "{{ item.path }}"
+        remote_src: true
+        mode: preserve
+      loop: "{{ containerd_nvidia.files | selectattr('backup_file', 'defined') }}"
+
+    - name: Remove the files the task created
+      ansible.builtin.file:
+        path: "{{ item.path }}"
+        state: absent
+      loop: "{{ containerd_nvidia.files | selectattr('created') }}"
+
+    - name: Restart containerd with the previous configuration
+      ansible.builtin.systemd_service:
+        name: containerd
+        state: restarted
+
+- name: Add the nvidia runtime to CRI-O without making it the default
+  k8sgpu.nvidia.container_runtime_config:
+    runtime: crio
+    set_as_default: false
+"""
+
+RETURN = r"""
+files:
+  description: The files nvidia-ctk writes, changed or not.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The file (symbolic links resolved).
+      type: str
+      sample: /etc/containerd/conf.d/99-nvidia.toml
+    changed:
+      description: Whether the file differs (was, or in check mode would be, written).
+      type: bool
+    created:
+      description: Whether the file did not exist before.
+      type: bool
+    backup_file:
+      description: The copy of the previous file, made with O(backup=true) when an existing file was changed.
+      type: str
+      returned: when a backup was made
+      sample: /etc/containerd/config.toml.2417.2026-05-04@10:21:07~
+  sample:
+    - {path: /etc/containerd/config.toml, changed: true, created: false,
+       backup_file: "/etc/containerd/config.toml.2417.2026-05-04@10:21:07~"}
+    - {path: /etc/containerd/conf.d/99-nvidia.toml, changed: true, created: true}
+command:
+  description: The nvidia-ctk command that gives the same result on the real files.
+  returned: always
+  type: list
+  elements: str
+  sample: [/usr/bin/nvidia-ctk, --quiet, runtime, configure, --runtime=containerd, --config=/etc/containerd/config.toml,
+           --drop-in-config=/etc/containerd/conf.d/99-nvidia.toml, --nvidia-runtime-name=nvidia,
+           --nvidia-runtime-path=/usr/bin/nvidia-container-runtime, --set-as-default]
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import AtomicWriteError, write_file
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_ctk import DEFAULT_PATHS, NvidiaCtkError, plan
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            runtime=dict(type="str", required=True, choices=["containerd", "crio"]),
+            config_path=dict(type="path"),
+            drop_in_path=dict(type="path"),
+            runtime_name=dict(type="str", default="nvidia"),
+            runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
+            set_as_default=dict(type="bool", default=True),
+            enable_cdi=dict(type="bool", default=False),
+            nvidia_ctk=dict(type="path"),
+            backup=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    runtime = p["runtime"]
+    config_path = os.path.realpath(p["config_path"] or DEFAULT_PATHS[runtime][0])
+    drop_in_path = os.path.realpath(p["drop_in_path"] or DEFAULT_PATHS[runtime][1])
+    nvidia_ctk = p["nvidia_ctk"] or module.get_bin_path("nvidia-ctk")
+    if not nvidia_ctk or not os.access(nvidia_ctk, os.X_OK):
+        module.fail_json(
+            msg=f"nvidia-ctk was not found ({p['nvidia_ctk'] or 'PATH'}); install nvidia-container-toolkit-base "
+            f"first. Nothing was changed.",
+        )
+
+    try:
+        changes, cmd = plan(
+            module.run_command, nvidia_ctk, runtime, config_path, drop_in_path,
+            runtime_name=p["runtime_name"], runtime_path=p["runtime_path"],
+            set_as_default=p["set_as_default"], enable_cdi=p["enable_cdi"],
+        )
+    except NvidiaCtkError as exc:
+        module.fail_json(msg=str(exc), config_path=config_path, drop_in_path=drop_in_path)
+
+    files = [dict(path=c.path, changed=c.changed, created=c.before is None) for c in changes]
+    result = dict(changed=any(c.changed for c in changes), files=files, command=cmd)
+    if module._diff:
+        result["diff"] = [
+            dict(
+                before="" if c.before is None else c.before.decode("utf-8", "replace"),
+                after=c.after.decode("utf-8", "replace"),
+                before_header=c.path,
+                after_header=c.path,
+            )
+            for c in changes if c.changed
+        ]
+    if module.check_mode:
+        module.exit_json(**result)
+    for change, entry in zip(changes, files):
+        if not change.changed:
+            continue
+        try:
+            backup_file = write_file(
+                module, change.path, change.after, exists=change.before is not None, backup=p["backup"]
+            )
+        except AtomicWriteError as exc:
+            module.fail_json(msg=f"{exc} Files written before it: "
+                             f"{[f['path'] for f in files if f.get('written')] or 'none'}.", **result)
+        entry["written"] = True
+        if backup_file:
+            entry["backup_file"] = backup_file
+    for entry in files:
+        entry.pop("written", None)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

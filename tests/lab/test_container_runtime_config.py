@@ -1,0 +1,165 @@
+"""container_runtime_config against NVIDIA's real nvidia-ctk (built by the lab from NVIDIA's sources).
+
+The module runs on this machine (ansible -c local) on files in a temporary directory.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import LAB_STATE, run
+
+V2 = b"""# site settings
+version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  snapshotter = "overlayfs"
+"""
+V3 = b"""version = 3
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+      SystemdCgroup = true
+"""
+
+
+@pytest.fixture(scope="module")
+def nvidia_ctk() -> str:
+    path = Path((LAB_STATE / "toolkit-bin-dir").read_text().strip()) / "nvidia-ctk"
+    assert os.access(path, os.X_OK), f"{path} missing: make lab builds it"
+    return str(path)
+
+
+@pytest.fixture
+def module(nvidia_ctk, tmp_path):
+    def _run(*flags: str, **args) -> tuple[int, dict]:
+        args.setdefault("nvidia_ctk", nvidia_ctk)
+        cp = run(["ansible", "localhost", "-c", "local", "-m", "k8sgpu.nvidia.container_runtime_config",
+                  "-a", json.dumps(args), *flags], env_extra={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
+        out = cp.stdout
+        assert "=>" in out, cp.stdout + cp.stderr
+        body = out.split("=>", 1)[1]
+        # --diff prints the diff after the result; the result is the first JSON object.
+        result, _ = json.JSONDecoder().raw_decode(body.strip())
+        return cp.returncode, result | {"_stdout": out}
+    return _run
+
+
+def containerd_paths(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "etc/containerd/config.toml", tmp_path / "etc/containerd/conf.d/99-nvidia.toml"
+
+
+def test_containerd_v2_drop_in_imports_and_idempotence(module, tmp_path):
+    config, drop_in = containerd_paths(tmp_path)
+    config.parent.mkdir(parents=True)
+    config.write_bytes(V2)
+    config.chmod(0o600)
+    rc, res = module(runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and res["changed"], res
+    text = drop_in.read_text()
+    assert 'default_runtime_name = "nvidia"' in text
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in text
+    assert '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]' in text
+    main = config.read_text()
+    assert f'imports = ["{drop_in.parent}/*.toml"]' in main  # the real directory, not the scratch one
+    assert 'snapshotter = "overlayfs"' in main
+    assert oct(config.stat().st_mode & 0o777) == "0o600"  # mode kept
+    by_path = {f["path"]: f for f in res["files"]}
+    assert by_path[str(drop_in)]["created"] and not by_path[str(config)]["created"]
+    assert Path(by_path[str(config)]["backup_file"]).read_bytes() == V2
+    before = {p: p.read_bytes() for p in (config, drop_in)}
+    mtimes = {p: p.stat().st_mtime_ns for p in (config, drop_in)}
+    rc, res = module(runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and not res["changed"], res
+    assert {p: p.read_bytes() for p in before} == before
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # not rewritten
+
+
+def test_containerd_v3_keeps_runc_options(module, tmp_path):
+    config, drop_in = containerd_paths(tmp_path)
+    config.parent.mkdir(parents=True)
+    config.write_bytes(V3)
+    rc, res = module(runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and res["changed"], res
+    text = drop_in.read_text()
+    assert '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]' in text
+    assert "SystemdCgroup = true" in text.split("runtimes.nvidia.options]")[1].split("[")[0]
+    assert 'default_runtime_name = "nvidia"' in text
+
+
+def test_check_mode_and_diff_write_nothing(module, tmp_path):
+    config, drop_in = containerd_paths(tmp_path)
+    config.parent.mkdir(parents=True)
+    config.write_bytes(V2)
+    rc, res = module("--check", "--diff", runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and res["changed"], res
+    assert config.read_bytes() == V2 and not drop_in.exists()
+    assert not list(config.parent.glob("config.toml.*~"))  # no backup either
+    assert f'+imports = ["{drop_in.parent}/*.toml"]' in res["_stdout"]
+    assert '+      default_runtime_name = "nvidia"' in res["_stdout"]
+
+
+def test_missing_config_gets_version_2(module, tmp_path):
+    config, drop_in = containerd_paths(tmp_path)
+    rc, res = module(runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and res["changed"], res
+    assert "version = 2" in config.read_text() and drop_in.exists()
+    assert all(f["created"] for f in res["files"])
+
+
+def test_existing_imports_are_kept_without_duplicates(module, tmp_path):
+    config, drop_in = containerd_paths(tmp_path)
+    config.parent.mkdir(parents=True)
+    config.write_text(f'imports = ["/etc/site/*.toml", "{drop_in.parent}/*.toml"]\nversion = 2\n')
+    rc, res = module(runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0, res
+    assert f'"/etc/site/*.toml", "{drop_in.parent}/*.toml"' in config.read_text()
+    assert config.read_text().count(f"{drop_in.parent}/*.toml") == 1
+
+
+def test_symlinked_config_keeps_the_link(module, tmp_path):
+    config, drop_in = containerd_paths(tmp_path)
+    real = tmp_path / "site/containerd.toml"
+    real.parent.mkdir(parents=True)
+    real.write_bytes(V2)
+    config.parent.mkdir(parents=True)
+    config.symlink_to(real)
+    rc, res = module(runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and res["changed"], res
+    assert config.is_symlink() and "imports" in real.read_text()
+
+
+def test_crio_writes_only_its_drop_in(module, tmp_path):
+    config = tmp_path / "etc/crio/crio.conf"
+    drop_in = tmp_path / "etc/crio/crio.conf.d/99-nvidia.toml"
+    rc, res = module(runtime="crio", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and res["changed"], res
+    text = drop_in.read_text()
+    assert 'default_runtime = "nvidia"' in text
+    assert 'runtime_path = "/usr/bin/nvidia-container-runtime"' in text
+    assert not config.exists()
+    rc, res = module(runtime="crio", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and not res["changed"]
+
+
+def test_invalid_toml_fails_naming_the_file_and_changes_nothing(module, tmp_path):
+    config, drop_in = containerd_paths(tmp_path)
+    config.parent.mkdir(parents=True)
+    bad = b"version = 2\n[plugins\nthis is not toml\n"
+    config.write_bytes(bad)
+    rc, res = module(runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc != 0, res
+    assert str(config) in res["msg"] and "nothing was changed" in res["msg"]
+    assert config.read_bytes() == bad and not drop_in.exists()
+
+
+def test_missing_nvidia_ctk_fails_clearly(module, tmp_path):
+    config, drop_in = containerd_paths(tmp_path)
+    rc, res = module(runtime="containerd", config_path=str(config), drop_in_path=str(drop_in),
+                     nvidia_ctk=str(tmp_path / "no-such-nvidia-ctk"))
+    assert rc != 0 and "nvidia-container-toolkit-base" in res["msg"]
+    assert not config.exists()
