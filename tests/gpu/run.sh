@@ -29,6 +29,15 @@ after=$(apt_state)
 if [ "$before" = "$after" ]; then echo "package manager: not called (apt/dpkg logs and dpkg status unchanged)"; else
   echo "package manager: CHANGED"; echo "$before"; echo "$after"; fi | tee -a "$OUT/driver.log"
 
+if [ -d .toolkit-repo ]; then
+  echo "== container_toolkit role (file:// mirror), then again (changed must be 0)" | tee "$OUT/toolkit.log"
+  ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml 2>&1 | tee -a "$OUT/toolkit.log"
+  echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/toolkit.log"
+  ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml 2>&1 | grep -A3 'PLAY RECAP' | tee -a "$OUT/toolkit.log"
+  { echo "== CDI spec: devices and size"; nvidia-ctk --version; nvidia-ctk cdi list; wc -c /etc/cdi/nvidia.yaml
+    head -n 40 /etc/cdi/nvidia.yaml; echo "== containerd drop-in"; cat /etc/containerd/conf.d/99-nvidia.toml; } 2>&1 | tee -a "$OUT/toolkit.log"
+fi
+
 echo "== gpu_facts" | tee "$OUT/facts.json"
 ansible localhost -i tests/gpu/inventory.yml -m k8sgpu.nvidia.gpu_facts 2>&1 | tee -a "$OUT/facts.json"
 

@@ -1,0 +1,202 @@
+"""Benchmark: the host roles (driver + container_toolkit) against a plain apt-get, side by side in one run.
+
+  (ours)  ansible-playbook with k8sgpu.nvidia.driver and k8sgpu.nvidia.container_toolkit on N fresh nodes
+          (forks = N), then the same playbook again (the idempotent re-run: wall time and changed count)
+  (apt)   on N other fresh nodes, in parallel, the guide's shell steps: add the same package sources and
+          keys, apt-get update, apt-get install of the same package set, nvidia-ctk runtime configure
+          --runtime=docker --set-as-default, systemctl restart docker
+
+Run against the lab (make lab): .venv/bin/python bench/host_roles.py --nodes 3
+Fresh nodes are the lab's Debian 12 image with systemd and Debian's docker.io installed beforehand (not
+timed), on the lab network, with apt going through the lab's apt-cacher-ng whose cache is warmed first (a
+throwaway node installs the package set once, not timed), so both sides fetch from the same warm cache.
+Both sides build the NVIDIA kernel module with DKMS for the Debian kernel: most of the time is that build.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB_STATE = Path(os.environ.get("K8SGPU_LAB_STATE", ROOT / ".lab"))
+IMAGE = "k8sgpu-lab/debian:bookworm"
+NETWORK = "k8sgpu-lab"
+PACKAGES = ["nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-smi", "nvidia-persistenced", "gcc",
+            "linux-headers-amd64", "nvidia-container-toolkit=1.20.1-1", "nvidia-container-toolkit-base=1.20.1-1"]
+SYSTEMD_FLAGS = ["--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--security-opt", "seccomp=unconfined",
+                 "--security-opt", "apparmor=unconfined", "--tmpfs", "/run", "--tmpfs", "/run/lock",
+                 "--tmpfs", "/tmp", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro", "-e", "container=docker"]
+
+PLAYBOOK = """
+- name: Host roles
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: k8sgpu.nvidia.driver
+    - role: k8sgpu.nvidia.container_toolkit
+"""
+
+# The guide's steps, with the same sources the roles add (Debian non-free, the toolkit mirror).
+APT_SCRIPT = r"""
+set -euo pipefail
+echo 'Acquire::http::Proxy "{proxy}";' > /etc/apt/apt.conf.d/90proxy
+cat > /etc/apt/sources.list.d/nvidia-debian.sources <<EOF
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+mkdir -p /etc/apt/keyrings
+curl -fsSL --noproxy '*' {mirror}/gpgkey -o /etc/apt/keyrings/nvidia-container-toolkit.asc
+echo 'Acquire::http::Proxy::{mirror_host} "DIRECT";' > /etc/apt/apt.conf.d/91mirror
+cat > /etc/apt/sources.list.d/nvidia-container-toolkit.sources <<EOF
+Types: deb
+URIs: {mirror}/stable/deb/amd64
+Suites: /
+Signed-By: /etc/apt/keyrings/nvidia-container-toolkit.asc
+EOF
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {packages} >/tmp/apt.log 2>&1
+nvidia-ctk runtime configure --runtime=docker --set-as-default >/dev/null 2>&1
+systemctl restart docker
+"""
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
+
+
+def must(cmd: list[str], **kw) -> str:
+    cp = sh(cmd, **kw)
+    if cp.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd[:6])}... failed (exit {cp.returncode}):\n{cp.stdout[-2000:]}{cp.stderr[-2000:]}")
+    return cp.stdout
+
+
+def start_node(name: str) -> None:
+    sh(["docker", "rm", "-f", name])
+    must(["docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
+          "--label", "k8sgpu.bench=host-roles", *SYSTEMD_FLAGS, IMAGE, "/lib/systemd/systemd"])
+    for _ in range(60):
+        state = sh(["docker", "exec", name, "systemctl", "is-system-running"]).stdout.strip()
+        if state in ("running", "degraded"):
+            return
+        time.sleep(0.5)
+    sys.exit(f"bench: {name} did not boot")
+
+
+def prepare_node(name: str, proxy: str) -> None:
+    """Untimed: systemd up, apt through the lab proxy, Debian's docker.io installed and running."""
+    start_node(name)
+    must(["docker", "exec", name, "bash", "-c",
+          f"echo 'Acquire::http::Proxy \"{proxy}\";' > /etc/apt/apt.conf.d/90proxy && apt-get update -qq && "
+          "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >/dev/null "
+          "&& systemctl is-active docker"])
+
+
+def apt_node(name: str, proxy: str, mirror: str) -> float:
+    host = re.sub(r"^https?://([^:/]+).*", r"\1", mirror)
+    script = APT_SCRIPT.format(proxy=proxy, mirror=mirror, mirror_host=host, packages=" ".join(PACKAGES))
+    t0 = time.monotonic()
+    must(["docker", "exec", "-i", name, "bash"], input=script)
+    return time.monotonic() - t0
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    return {h: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", s)}
+            for h, s in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M)}
+
+
+def run_roles(names: list[str], proxy: str, mirror: str, playbook: Path) -> tuple[float, dict, str]:
+    inv = ",".join(names) + ","
+    extra = {"k8sgpu_apt_proxy": proxy, "driver_no_gpu": "install", "container_toolkit_repo_url": mirror,
+             "container_toolkit_repo_proxy": "DIRECT"}
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    t0 = time.monotonic()
+    cp = sh(["ansible-playbook", "-i", inv, "-c", "community.docker.docker", "-f", str(len(names)),
+             str(playbook), "-e", json.dumps(extra)], cwd=ROOT, env=env)
+    wall = time.monotonic() - t0
+    if cp.returncode != 0:
+        sys.exit(f"bench: the roles failed:\n{cp.stdout[-4000:]}{cp.stderr[-2000:]}")
+    return wall, recap(cp.stdout), cp.stdout
+
+
+def check_node(name: str) -> None:
+    """Both sides must end the same: driver module built by DKMS, toolkit installed, nvidia Docker's default."""
+    out = must(["docker", "exec", name, "bash", "-c",
+                "dkms status; dpkg-query -W -f='${Version}\\n' nvidia-container-toolkit; "
+                "docker info --format '{{.DefaultRuntime}}'"])
+    if "installed" not in out or "1.20.1-1" not in out or not out.strip().endswith("nvidia"):
+        sys.exit(f"bench: {name} did not end configured:\n{out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--keep", action="store_true", help="leave the node containers running")
+    args = ap.parse_args()
+    proxy = (LAB_STATE / "apt-proxy-url").read_text().strip()
+    mirror = (LAB_STATE / "toolkit-mirror-url").read_text().strip()
+    ours = [f"k8sgpu-bench-role-{i}" for i in range(1, args.nodes + 1)]
+    apt = [f"k8sgpu-bench-apt-{i}" for i in range(1, args.nodes + 1)]
+    warm = "k8sgpu-bench-warm"
+    out_dir = ROOT / "bench" / "output"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        print(f"bench: warming the apt cache on {warm} (not timed)", flush=True)
+        prepare_node(warm, proxy)
+        apt_node(warm, proxy, mirror)
+        sh(["docker", "rm", "-f", warm])
+        print(f"bench: starting {2 * args.nodes} fresh nodes with docker.io (not timed)", flush=True)
+        with ThreadPoolExecutor(len(ours + apt)) as pool:
+            list(pool.map(lambda n: prepare_node(n, proxy), ours + apt))
+
+        with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=ROOT / "bench", delete=False) as f:
+            f.write(PLAYBOOK)
+            playbook = Path(f.name)
+        try:
+            print("bench: (apt) plain apt-get on", ", ".join(apt), flush=True)
+            t0 = time.monotonic()
+            with ThreadPoolExecutor(len(apt)) as pool:
+                per_node = list(pool.map(lambda n: apt_node(n, proxy, mirror), apt))
+            apt_wall = time.monotonic() - t0
+            print("bench: (ours) host roles on", ", ".join(ours), flush=True)
+            ours_wall, ours_recap, ours_out = run_roles(ours, proxy, mirror, playbook)
+            print("bench: (ours) idempotent re-run", flush=True)
+            rerun_wall, rerun_recap, rerun_out = run_roles(ours, proxy, mirror, playbook)
+        finally:
+            playbook.unlink()
+        for n in ours + apt:
+            check_node(n)
+        (out_dir / "host_roles.log").write_text(ours_out + "\n\n===== re-run =====\n\n" + rerun_out)
+        result = {
+            "nodes": args.nodes,
+            "apt_wall_s": round(apt_wall, 1),
+            "apt_per_node_s": [round(x, 1) for x in per_node],
+            "ours_wall_s": round(ours_wall, 1),
+            "ratio": round(ours_wall / apt_wall, 3),
+            "ours_changed": {h: r["changed"] for h, r in ours_recap.items()},
+            "rerun_wall_s": round(rerun_wall, 1),
+            "rerun_changed": {h: r["changed"] for h, r in rerun_recap.items()},
+            "machine": f"{platform.node()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        }
+        (out_dir / "host_roles.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+    finally:
+        if not args.keep:
+            sh(["docker", "rm", "-f", warm, *ours, *apt])
+
+
+if __name__ == "__main__":
+    main()
