@@ -31,6 +31,10 @@ if [ "$before" = "$after" ]; then echo "package manager: not called (apt/dpkg lo
 
 if [ -d .toolkit-repo ]; then
   echo "== container_toolkit role (file:// mirror), then again (changed must be 0)" | tee "$OUT/toolkit.log"
+  # Ansible's apt module needs python3-apt, which this machine lacks and cannot
+  # fetch (no network): the packages are put in place with dpkg first, as an
+  # image build would, and the role must find them and not call apt.
+  dpkg -i .toolkit-repo/libnvidia-container/stable/deb/amd64/nvidia-container-toolkit{-base,}_*.deb 2>&1 | tail -n 2 | tee -a "$OUT/toolkit.log"
   ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml 2>&1 | tee -a "$OUT/toolkit.log"
   echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/toolkit.log"
   ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml 2>&1 | grep -A3 'PLAY RECAP' | tee -a "$OUT/toolkit.log"
