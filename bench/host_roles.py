@@ -66,7 +66,8 @@ Suites: /
 Signed-By: /etc/apt/keyrings/nvidia-container-toolkit.asc
 EOF
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {packages} >/tmp/apt.log 2>&1
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {download_only} {packages} >/tmp/apt.log 2>&1
+[ -z "{download_only}" ] || exit 0
 nvidia-ctk runtime configure --runtime=docker --set-as-default >/dev/null 2>&1
 systemctl restart docker
 """
@@ -104,9 +105,10 @@ def prepare_node(name: str, proxy: str) -> None:
           "&& systemctl is-active docker"])
 
 
-def apt_node(name: str, proxy: str, mirror: str) -> float:
+def apt_node(name: str, proxy: str, mirror: str, download_only: bool = False) -> float:
     host = re.sub(r"^https?://([^:/]+).*", r"\1", mirror)
-    script = APT_SCRIPT.format(proxy=proxy, mirror=mirror, mirror_host=host, packages=" ".join(PACKAGES))
+    script = APT_SCRIPT.format(proxy=proxy, mirror=mirror, mirror_host=host, packages=" ".join(PACKAGES),
+                               download_only="--download-only" if download_only else "")
     t0 = time.monotonic()
     must(["docker", "exec", "-i", name, "bash"], input=script)
     return time.monotonic() - t0
@@ -122,6 +124,7 @@ def run_roles(names: list[str], proxy: str, mirror: str, playbook: Path) -> tupl
     extra = {"k8sgpu_apt_proxy": proxy, "driver_no_gpu": "install", "container_toolkit_repo_url": mirror,
              "container_toolkit_repo_proxy": "DIRECT"}
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks", "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "25",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     t0 = time.monotonic()
     cp = sh(["ansible-playbook", "-i", inv, "-c", "community.docker.docker", "-f", str(len(names)),
@@ -156,7 +159,7 @@ def main() -> None:
     try:
         print(f"bench: warming the apt cache on {warm} (not timed)", flush=True)
         prepare_node(warm, proxy)
-        apt_node(warm, proxy, mirror)
+        apt_node(warm, proxy, mirror, download_only=True)
         sh(["docker", "rm", "-f", warm])
         print(f"bench: starting {2 * args.nodes} fresh nodes with docker.io (not timed)", flush=True)
         with ThreadPoolExecutor(len(ours + apt)) as pool:

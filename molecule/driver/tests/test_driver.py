@@ -35,6 +35,8 @@ def test_sources_signed_by_and_proxy(host):
     src = host.file("/etc/apt/sources.list.d/k8sgpu-nvidia-debian.sources")
     assert src.contains("Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg")
     assert src.contains("Components: contrib non-free non-free-firmware")
+    # driver_mirror_url (molecule.yml), not the mirror the image already uses.
+    assert src.contains("URIs: http://ftp.debian.org/debian$")
     assert host.file("/etc/apt/apt.conf.d/90k8sgpu-proxy").contains("Acquire::http::Proxy")
     assert not host.file("/etc/apt/trusted.gpg").exists  # never apt-key
 
