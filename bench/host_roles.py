@@ -88,7 +88,7 @@ def start_node(name: str) -> None:
     sh(["docker", "rm", "-f", name])
     must(["docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
           "--label", "k8sgpu.bench=host-roles", *SYSTEMD_FLAGS, IMAGE, "/lib/systemd/systemd"])
-    for _ in range(60):
+    for _attempt in range(60):
         state = sh(["docker", "exec", name, "systemctl", "is-system-running"]).stdout.strip()
         if state in ("running", "degraded"):
             return

@@ -44,7 +44,7 @@ def module(nvidia_ctk, tmp_path):
         assert "=>" in out, cp.stdout + cp.stderr
         body = out.split("=>", 1)[1]
         # --diff prints the diff after the result; the result is the first JSON object.
-        result, _ = json.JSONDecoder().raw_decode(body.strip())
+        result = json.JSONDecoder().raw_decode(body.strip())[0]
         return cp.returncode, result | {"_stdout": out}
     return _run
 
