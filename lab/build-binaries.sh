@@ -6,17 +6,6 @@ source "$(dirname "$0")/lib.sh"
 
 need_cmd go "install Go 1.26 or newer (Debian: golang from bookworm-backports, or go.dev)."
 
-# Run a build step, keep its log, and on failure show the compiler's error.
-run_build() {
-  local what="$1" logf="$2"; shift 2
-  mkdir -p "$(dirname "$logf")"
-  if ! "$@" >"$logf" 2>&1; then
-    echo "----- last 40 lines of $logf -----" >&2
-    tail -n 40 "$logf" >&2
-    die "building $what failed (full log: $logf)"
-  fi
-}
-
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces the staging
 # modules with ./staging/src paths that module zips lack. A wrapper module
 # requires it and maps each staging module to its published v0.Y.Z release.

@@ -34,16 +34,6 @@ export GNUPGHOME
 MODULE=github.com/NVIDIA/nvidia-container-toolkit
 COMMANDS=(nvidia-ctk nvidia-container-runtime nvidia-container-runtime-hook nvidia-cdi-hook)
 
-run_build() {
-  local what="$1" logf="$2"; shift 2
-  mkdir -p "$(dirname "$logf")"
-  if ! "$@" >"$logf" 2>&1; then
-    echo "----- last 40 lines of $logf -----" >&2
-    tail -n 40 "$logf" >&2
-    die "building $what failed (full log: $logf)"
-  fi
-}
-
 build_binaries() {
   local c ok=1
   for c in "${COMMANDS[@]}"; do [ -x "$BIN_DIR/$c" ] || ok=0; done

@@ -24,6 +24,17 @@ LAB_NAME="${K8SGPU_LAB_NAME:-k8sgpu-lab}"
 log() { printf '[lab %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[lab] ERROR: %s\n' "$*" >&2; exit 1; }
 
+# Run a build step, keep its log, and on failure show the compiler's error.
+run_build() {
+  local what="$1" logf="$2"; shift 2
+  mkdir -p "$(dirname "$logf")"
+  if ! "$@" >"$logf" 2>&1; then
+    echo "----- last 40 lines of $logf -----" >&2
+    tail -n 40 "$logf" >&2
+    die "building $what failed (full log: $logf)"
+  fi
+}
+
 need_cmd() {
   command -v "$1" >/dev/null 2>&1 || die "$1 not found on PATH; $2"
 }
