@@ -200,6 +200,11 @@ backup_file:
   returned: changed and a backup was made
   type: str
   sample: /etc/docker/daemon.json.2417.2026-05-04@10:21:07~
+created:
+  description: Whether the file did not exist before the task (it was, or in check mode would be, created when RV(changed)).
+  returned: always
+  type: bool
+  sample: false
 runtimes_added:
   description: Runtimes that were not there and were added.
   returned: always
@@ -264,6 +269,7 @@ def main() -> None:
     result = dict(
         changed=plan.changed,
         path=path,
+        created=data is None,
         config=plan.config,
         previous=plan.previous,
         runtimes_added=plan.runtimes_added,

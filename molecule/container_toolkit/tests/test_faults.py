@@ -1,8 +1,10 @@
-"""Faults: a runtime that does not start with the new configuration, and a daemon.json that is not JSON."""
+"""Runs of the role on the converged instance: check mode, and faults (a runtime that does not start with the
+new configuration, a daemon.json that is not JSON)."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -10,7 +12,7 @@ SCENARIO = Path(__file__).resolve().parents[1]
 ROOT = SCENARIO.parents[1]
 
 
-def play(host, **extra_vars) -> subprocess.CompletedProcess:
+def play(host, *flags: str, **extra_vars) -> subprocess.CompletedProcess:
     """Apply the role to this instance only, as a user would, with extra variables."""
     name = host.backend.get_hostname()
     extra = {
@@ -22,13 +24,23 @@ def play(host, **extra_vars) -> subprocess.CompletedProcess:
            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
     return subprocess.run(
         ["ansible-playbook", "-i", f"{name},", "-c", "community.docker.docker", str(SCENARIO / "faults.yml"),
-         "-e", json.dumps(extra)],
+         "-e", json.dumps(extra), *flags],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
 
 
 def daemon_json(host) -> bytes:
     return host.check_output("base64 -w0 /etc/docker/daemon.json").encode()
+
+
+def test_check_mode_on_the_converged_host_reports_no_change(host):
+    before = daemon_json(host)
+    cp = play(host, "--check", "--diff")
+    out = cp.stdout + cp.stderr
+    assert cp.returncode == 0, out
+    stats = re.search(r"^\S+\s+:\s+ok=\d+\s+changed=(\d+)", out, re.M)
+    assert stats and stats.group(1) == "0", out
+    assert daemon_json(host) == before
 
 
 def test_docker_that_does_not_start_gets_its_previous_daemon_json_back(host):

@@ -119,6 +119,7 @@ class TestMain:
         path = tmp_path / "missing/docker/daemon.json"
         result = run_main({"path": str(path), **ADD_NVIDIA, "_ansible_check_mode": True, "_ansible_diff": True})
         assert result["changed"] is True and result["diff"]["before"] == ""
+        assert result["created"] is True
         assert not (tmp_path / "missing").exists()
 
     @pytest.mark.parametrize("text,where", [
@@ -157,7 +158,7 @@ class TestMain:
         result = run_main({"path": str(link), **ADD_NVIDIA})
         assert result["changed"] is True
         assert link.is_symlink() and os.readlink(link) == link_target
-        assert result["path"] == str(target)
+        assert result["path"] == str(target) and result["created"] is False
         assert json.loads(target.read_text())["default-runtime"] == "nvidia"
         assert others(link) == []
         assert [p.name for p in target.parent.iterdir() if p != target] == [os.path.basename(result["backup_file"])]
@@ -233,7 +234,7 @@ class TestMain:
             result = run_main({"path": str(path), **ADD_NVIDIA, "_ansible_diff": True})
         finally:
             os.umask(old_umask)
-        assert result["changed"] is True and "backup_file" not in result
+        assert result["changed"] is True and "backup_file" not in result and result["created"] is True
         assert result["diff"]["before"] == ""
         assert json.loads(path.read_text()) == {"runtimes": {"nvidia": NVIDIA}, "default-runtime": "nvidia"}
         assert stat.S_IMODE(path.stat().st_mode) == 0o644
