@@ -148,6 +148,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="leave the node containers running")
+    ap.add_argument("--ours-first", action="store_true", help="run the roles before the plain apt-get side")
     args = ap.parse_args()
     proxy = (LAB_STATE / "apt-proxy-url").read_text().strip()
     mirror = (LAB_STATE / "toolkit-mirror-url").read_text().strip()
@@ -169,13 +170,23 @@ def main() -> None:
             f.write(PLAYBOOK)
             playbook = Path(f.name)
         try:
-            print("bench: (apt) plain apt-get on", ", ".join(apt), flush=True)
-            t0 = time.monotonic()
-            with ThreadPoolExecutor(len(apt)) as pool:
-                per_node = list(pool.map(lambda n: apt_node(n, proxy, mirror), apt))
-            apt_wall = time.monotonic() - t0
-            print("bench: (ours) host roles on", ", ".join(ours), flush=True)
-            ours_wall, ours_recap, ours_out = run_roles(ours, proxy, mirror, playbook)
+            def plain() -> tuple[float, list[float]]:
+                print("bench: (apt) plain apt-get on", ", ".join(apt), flush=True)
+                t0 = time.monotonic()
+                with ThreadPoolExecutor(len(apt)) as pool:
+                    per = list(pool.map(lambda n: apt_node(n, proxy, mirror), apt))
+                return time.monotonic() - t0, per
+
+            def roles() -> tuple[float, dict, str]:
+                print("bench: (ours) host roles on", ", ".join(ours), flush=True)
+                return run_roles(ours, proxy, mirror, playbook)
+
+            if args.ours_first:
+                ours_wall, ours_recap, ours_out = roles()
+                apt_wall, per_node = plain()
+            else:
+                apt_wall, per_node = plain()
+                ours_wall, ours_recap, ours_out = roles()
             print("bench: (ours) idempotent re-run", flush=True)
             rerun_wall, rerun_recap, rerun_out = run_roles(ours, proxy, mirror, playbook)
         finally:
@@ -185,6 +196,7 @@ def main() -> None:
         (out_dir / "host_roles.log").write_text(ours_out + "\n\n===== re-run =====\n\n" + rerun_out)
         result = {
             "nodes": args.nodes,
+            "order": "ours first" if args.ours_first else "apt-get first",
             "apt_wall_s": round(apt_wall, 1),
             "apt_per_node_s": [round(x, 1) for x in per_node],
             "ours_wall_s": round(ours_wall, 1),
