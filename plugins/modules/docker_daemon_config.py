@@ -201,7 +201,7 @@ backup_file:
   type: str
   sample: /etc/docker/daemon.json.2417.2026-05-04@10:21:07~
 created:
-  description: Whether the file did not exist before the task (it was, or in check mode would be, created when RV(changed)).
+  description: Whether the file did not exist before the task (it was, or in check mode would be, created when the task changed).
   returned: always
   type: bool
   sample: false
