@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "lab"))
+from ansible_output import recap  # noqa: E402
 LAB_STATE = Path(os.environ.get("K8SGPU_LAB_STATE", ROOT / ".lab"))
 IMAGE = "k8sgpu-lab/debian:bookworm"
 NETWORK = "k8sgpu-lab"
@@ -112,11 +114,6 @@ def apt_node(name: str, proxy: str, mirror: str, download_only: bool = False) ->
     t0 = time.monotonic()
     must(["docker", "exec", "-i", name, "bash"], input=script)
     return time.monotonic() - t0
-
-
-def recap(out: str) -> dict[str, dict[str, int]]:
-    return {h: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", s)}
-            for h, s in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M)}
 
 
 def run_roles(names: list[str], proxy: str, mirror: str, playbook: Path) -> tuple[float, dict, str]:

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Private to k8sgpu.nvidia: replace a configuration file atomically, with a backup.
+"""Private to k8sgpu.nvidia: read a configuration file, and replace it atomically with a backup.
 
 Not a public API; modules of this collection only (docker_daemon_config, container_runtime_config).
 """
@@ -13,8 +13,21 @@ NEW_FILE_MODE = 0o644
 NEW_DIR_MODE = 0o755
 
 
-class AtomicWriteError(OSError):
-    """Writing failed; the message names the file. The old file is unchanged."""
+class ConfigFileError(OSError):
+    """Reading or writing failed; the message names the file. A file that was to be replaced is unchanged."""
+
+
+def read_file(path: str) -> bytes | None:
+    """Return the content of path; None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise ConfigFileError(f"{path} is a directory, not a file.") from None
+    except OSError as exc:
+        raise ConfigFileError(f"Could not read {path}: {exc.strerror}.") from None
 
 
 def make_parents(directory: str) -> None:
@@ -32,7 +45,7 @@ def write_file(module, path: str, data: bytes, exists: bool, backup: bool) -> st
     """Atomically replace (or create) path with data; return the backup's path, if one was made.
 
     An existing file keeps its owner, group, mode and SELinux context (module.atomic_move copies them from it);
-    a new one gets mode 0644, and missing parent directories mode 0755. Raises AtomicWriteError when something
+    a new one gets mode 0644, and missing parent directories mode 0755. Raises ConfigFileError when something
     fails; the file is then unchanged, and the backup made for it removed.
     """
     backup_file = None
@@ -61,7 +74,7 @@ def write_file(module, path: str, data: bytes, exists: bool, backup: bool) -> st
             detail = f"{detail}: {exc.filename}"
         elif exc.__cause__ is not None:
             detail = f"{detail} ({exc.__cause__})"
-        raise AtomicWriteError(f"Could not write {path}: {detail}.") from exc
+        raise ConfigFileError(f"Could not write {path}: {detail}.") from exc
     finally:
         for leftover in () if moved else (tmp, backup_file):
             if leftover is not None and os.path.lexists(leftover):

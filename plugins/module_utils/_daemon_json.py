@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import AtomicWriteError, write_file
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import ConfigFileError, read_file, write_file
 
 # Runtimes dockerd knows without a "runtimes" entry (daemon/runtime_unix.go).
 BUILTIN_RUNTIMES = ("runc", "io.containerd.runc.v2")
@@ -170,15 +170,10 @@ def plan_config(
 def read_config(path: str) -> tuple[bytes | None, dict]:
     """Return (raw bytes, parsed object) of path; (None, {}) when it does not exist."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None, {}
-    except IsADirectoryError:
-        raise DaemonJsonError(f"{path} is a directory, not a file.") from None
-    except OSError as exc:
-        raise DaemonJsonError(f"Could not read {path}: {exc.strerror}.") from None
-    return data, parse_config(data, path)
+        data = read_file(path)
+    except ConfigFileError as exc:
+        raise DaemonJsonError(str(exc)) from None
+    return (None, {}) if data is None else (data, parse_config(data, path))
 
 
 def write_config(module, path: str, text: str, exists: bool, backup: bool) -> str | None:
@@ -188,5 +183,5 @@ def write_config(module, path: str, text: str, exists: bool, backup: bool) -> st
     """
     try:
         return write_file(module, path, text.encode("utf-8"), exists=exists, backup=backup)
-    except AtomicWriteError as exc:
+    except ConfigFileError as exc:
         raise DaemonJsonError(str(exc)) from exc

@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import ConfigFileError, read_file
+
 RUNTIMES = ("containerd", "crio")
 DEFAULT_PATHS = {
     # The paths nvidia-ctk itself uses (cmd/nvidia-ctk/runtime/configure/configure.go).
@@ -71,18 +73,6 @@ def command(
     return cmd
 
 
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        raise NvidiaCtkError(f"{path} is a directory, not a file.") from None
-    except OSError as exc:
-        raise NvidiaCtkError(f"Could not read {path}: {exc.strerror}.") from None
-
-
 def plan(
     run_command,
     nvidia_ctk: str,
@@ -108,7 +98,10 @@ def plan(
     if config_path == drop_in_path:
         raise NvidiaCtkError(f"the drop-in file and the main file are the same path, {config_path}.")
     # The drop-in first: written before the main file imports it.
-    before = {p: _read(p) for p in (drop_in_path, config_path)}
+    try:
+        before = {p: read_file(p) for p in (drop_in_path, config_path)}
+    except ConfigFileError as exc:
+        raise NvidiaCtkError(str(exc)) from None
     scratch = tempfile.mkdtemp(prefix="k8sgpu-nvidia-ctk-")
     try:
         inside = {p: scratch + p for p in before}
@@ -132,7 +125,7 @@ def plan(
             )
         changes = []
         for real, copy in inside.items():
-            after = _read(copy)
+            after = read_file(copy)
             if after is None:
                 continue
             changes.append(FileChange(real, before[real], after.replace(scratch.encode(), b"")))

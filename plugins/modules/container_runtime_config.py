@@ -171,7 +171,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import AtomicWriteError, write_file
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import ConfigFileError, write_file
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_ctk import DEFAULT_PATHS, NvidiaCtkError, plan
 
 
@@ -224,6 +224,7 @@ def main() -> None:
         ]
     if module.check_mode:
         module.exit_json(**result)
+    written = []
     for change, entry in zip(changes, files):
         if not change.changed:
             continue
@@ -231,14 +232,11 @@ def main() -> None:
             backup_file = write_file(
                 module, change.path, change.after, exists=change.before is not None, backup=p["backup"]
             )
-        except AtomicWriteError as exc:
-            module.fail_json(msg=f"{exc} Files written before it: "
-                             f"{[f['path'] for f in files if f.get('written')] or 'none'}.", **result)
-        entry["written"] = True
+        except ConfigFileError as exc:
+            module.fail_json(msg=f"{exc} Files written before it: {written or 'none'}.", **result)
+        written.append(change.path)
         if backup_file:
             entry["backup_file"] = backup_file
-    for entry in files:
-        entry.pop("written", None)
     module.exit_json(**result)
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -31,12 +30,6 @@ def core(kubeconfig) -> client.CoreV1Api:
 def run(cmd: list[str], env_extra: dict | None = None, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0", **(env_extra or {})}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False, **kw)
-
-
-def recap(out: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP of ansible-playbook output: host -> {ok, changed, failed, ...}."""
-    return {host: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", stats)}
-            for host, stats in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M)}
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from conftest import GPU_NODES, recap, run
+from ansible_output import recap
+from conftest import GPU_NODES, run
 
 CP_KEY = "node-role.kubernetes.io/control-plane"
 MASTER_KEY = "node-role.kubernetes.io/master"

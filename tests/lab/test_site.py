@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import re
 
-from conftest import GPU_NODES, recap
+from ansible_output import recap
+from conftest import GPU_NODES
 
 
 def test_site_runs_and_a_second_run_changes_nothing(playbook):

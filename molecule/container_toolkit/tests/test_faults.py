@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
+import sys
 from pathlib import Path
 
 SCENARIO = Path(__file__).resolve().parents[1]
 ROOT = SCENARIO.parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "lab"))
+from ansible_output import recap  # noqa: E402
 
 
 def play(host, *flags: str, **extra_vars) -> subprocess.CompletedProcess:
@@ -38,8 +40,7 @@ def test_check_mode_on_the_converged_host_reports_no_change(host):
     cp = play(host, "--check", "--diff")
     out = cp.stdout + cp.stderr
     assert cp.returncode == 0, out
-    stats = re.search(r"^\S+\s+:\s+ok=\d+\s+changed=(\d+)", out, re.M)
-    assert stats and stats.group(1) == "0", out
+    assert recap(out)[host.backend.get_hostname()]["changed"] == 0, out
     assert daemon_json(host) == before
 
 
