@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,50 @@ def must(cmd: list[str], **kw) -> str:
     return cp.stdout
 
 
+def _container_cpu_ns(name: str) -> int:
+    """CPU time a node container has used so far (its cgroup: v1 cpuacct or v2 cpu.stat), in ns."""
+    cid = must(["docker", "inspect", "-f", "{{.Id}}", name]).strip()
+    for path in (f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage",
+                 f"/sys/fs/cgroup/docker/{cid}/cpu.stat", f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat"):
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        if path.endswith("cpuacct.usage"):
+            return int(text)
+        return int(re.search(r"usage_usec (\d+)", text).group(1)) * 1000
+    sys.exit(f"bench: no cgroup CPU accounting found for {name}")
+
+
+class CpuMeter:
+    """CPU seconds spent while a side runs: in its node containers, in this process's children (the
+    controller: ansible-playbook and its forks, or the docker exec clients), and on the whole machine."""
+
+    def __init__(self, nodes: list[str]):
+        self.nodes = nodes
+
+    @staticmethod
+    def _machine_busy_s() -> float:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+    def _sample(self) -> tuple[float, float, float]:
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (sum(_container_cpu_ns(n) for n in self.nodes) / 1e9, kids.ru_utime + kids.ru_stime,
+                self._machine_busy_s())
+
+    def __enter__(self) -> "CpuMeter":
+        self.start = self._sample()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        end = self._sample()
+        nodes, controller, machine = (round(b - a, 1) for a, b in zip(self.start, end))
+        self.result = {"nodes_cpu_s": nodes, "controller_cpu_s": controller,
+                       "other_cpu_s": round(machine - nodes - controller, 1), "machine_cpu_s": machine}
+
+
 def start_node(name: str) -> None:
     sh(["docker", "rm", "-f", name])
     must(["docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
@@ -132,6 +177,19 @@ def run_roles(names: list[str], proxy: str, mirror: str, playbook: Path) -> tupl
     return wall, recap(cp.stdout), cp.stdout
 
 
+def driver_apt_get_s(name: str) -> int:
+    """How long the apt-get run that installed the driver took on a node (apt's history.log, 1 s steps):
+    the same command on both sides, so a difference here is not the roles' own overhead."""
+    log = must(["docker", "exec", name, "cat", "/var/log/apt/history.log"])
+    for block in log.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.strip().splitlines() if ": " in line)
+        if "nvidia-driver" in fields.get("Commandline", "") and "End-Date" in fields:
+            start, end = (time.mktime(time.strptime(fields[k].replace("  ", " "), "%Y-%m-%d %H:%M:%S"))
+                          for k in ("Start-Date", "End-Date"))
+            return int(end - start)
+    sys.exit(f"bench: no driver install in {name}'s apt history")
+
+
 def check_node(name: str) -> None:
     """Both sides must end the same: driver module built by DKMS, toolkit installed, nvidia Docker's default."""
     out = must(["docker", "exec", name, "bash", "-c",
@@ -167,16 +225,22 @@ def main() -> None:
             f.write(PLAYBOOK)
             playbook = Path(f.name)
         try:
+            cpu = {}
+
             def plain() -> tuple[float, list[float]]:
                 print("bench: (apt) plain apt-get on", ", ".join(apt), flush=True)
                 t0 = time.monotonic()
-                with ThreadPoolExecutor(len(apt)) as pool:
+                with CpuMeter(apt) as meter, ThreadPoolExecutor(len(apt)) as pool:
                     per = list(pool.map(lambda n: apt_node(n, proxy, mirror), apt))
+                cpu["apt"] = meter.result
                 return time.monotonic() - t0, per
 
             def roles() -> tuple[float, dict, str]:
                 print("bench: (ours) host roles on", ", ".join(ours), flush=True)
-                return run_roles(ours, proxy, mirror, playbook)
+                with CpuMeter(ours) as meter:
+                    out = run_roles(ours, proxy, mirror, playbook)
+                cpu["ours"] = meter.result
+                return out
 
             if args.ours_first:
                 ours_wall, ours_recap, ours_out = roles()
@@ -199,6 +263,8 @@ def main() -> None:
             "ours_wall_s": round(ours_wall, 1),
             "ratio": round(ours_wall / apt_wall, 3),
             "ours_changed": {h: r["changed"] for h, r in ours_recap.items()},
+            "driver_apt_get_s": {"apt": [driver_apt_get_s(n) for n in apt], "ours": [driver_apt_get_s(n) for n in ours]},
+            "cpu_s": cpu,
             "rerun_wall_s": round(rerun_wall, 1),
             "rerun_changed": {h: r["changed"] for h, r in rerun_recap.items()},
             "machine": f"{platform.node()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
