@@ -42,6 +42,52 @@ if [ -d .toolkit-repo ]; then
     head -n 40 /etc/cdi/nvidia.yaml; echo "== containerd drop-in"; cat /etc/containerd/conf.d/99-nvidia.toml; } 2>&1 | tee -a "$OUT/toolkit.log"
 fi
 
+# Docker on the GPU machine: Debian 12's docker.io, containerd and runc
+# binaries (this machine has no Docker and no network; lab/pack-docker-bin.sh
+# packs them into .docker-bin), started without systemd as a VM image's own
+# init would. The role merges daemon.json, cannot restart dockerd (no unit)
+# and says so; dockerd is restarted here and the role's second run must change
+# nothing and pass its check: docker run --rm --gpus all <image> nvidia-smi -L.
+if [ -f .docker-bin/docker-bin.tar.xz ] && [ -d .toolkit-repo ]; then
+  log=$OUT/docker.log
+  echo "== Docker: the container_toolkit role with dockerd (no systemd unit), docker run --gpus all" | tee "$log"
+  tar -C /usr/local/bin -xJf .docker-bin/docker-bin.tar.xz
+  cp .docker-bin/lib/* /usr/local/lib/ && ldconfig
+  start_dockerd() {
+    setsid dockerd >>"$OUT/dockerd.log" 2>&1 </dev/null &
+    for _ in $(seq 120); do docker version >/dev/null 2>&1 && return 0; sleep 0.5; done
+    echo "dockerd did not start:"; tail -n 20 "$OUT/dockerd.log"; return 1
+  }
+  stop_dockerd() { pkill -x dockerd; for _ in $(seq 60); do pgrep -x dockerd >/dev/null || return 0; sleep 0.5; done; }
+  mkdir -p /etc/docker
+  # The site's own settings, which the role must keep. No bridge and no
+  # iptables: this machine has no network for containers anyway.
+  driver=$( [ "$(stat -f -c %T /var/lib)" = overlayfs ] && echo ', "storage-driver": "vfs"')
+  printf '{"log-driver": "json-file", "log-opts": {"max-size": "10m"}, "bridge": "none", "iptables": false%s}\n' "$driver" >/etc/docker/daemon.json
+  { echo "init: $(ps -o comm= -p 1)"; for b in dockerd containerd runc; do ldd "$(command -v $b)" | grep 'not found'; done
+    start_dockerd && docker info --format 'Docker {{.ServerVersion}}, storage {{.Driver}}, cgroup {{.CgroupVersion}}, runtimes {{range $k, $v := .Runtimes}}{{$k}} {{end}}, default {{.DefaultRuntime}}'; } 2>&1 | tee -a "$log"
+  # A CUDA base image's shape without a registry: the host's C library (what
+  # nvidia-smi links), ldconfig, and the PATH NVIDIA's images set. The driver's
+  # files come from the CDI spec the runtime builds.
+  mapfile -t libs < <(ldd /usr/local/nvidia/bin/nvidia-smi | grep -o '/[^ ]*' | sed 's|^/||')
+  tar -C / -chf - "${libs[@]}" sbin/ldconfig* etc/ld.so.conf 2>/dev/null \
+    | docker import -c 'ENV PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - local/cuda-base:h100 2>&1 | tee -a "$log"
+  extra='{"container_toolkit_runtimes": ["containerd", "docker"], "container_toolkit_gpu_check_image": "local/cuda-base:h100"}'
+  echo "== role, first run: daemon.json merged, dockerd not restarted (no unit)" | tee -a "$log"
+  ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml -e "$extra" 2>&1 | tee -a "$log"
+  echo "rc=${PIPESTATUS[0]}" | tee -a "$log"
+  { echo "== /etc/docker/daemon.json"; cat /etc/docker/daemon.json; ls -l /etc/docker; } 2>&1 | tee -a "$log"
+  echo "== dockerd restarted by hand" | tee -a "$log"
+  { stop_dockerd; start_dockerd && docker info --format 'runtimes {{range $k, $v := .Runtimes}}{{$k}} {{end}}, default {{.DefaultRuntime}}'; } 2>&1 | tee -a "$log"
+  echo "== role, second run: changed must be 0, GPU container check passes" | tee -a "$log"
+  ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml -e "$extra" 2>&1 | tee -a "$log"
+  echo "rc=${PIPESTATUS[0]}" | tee -a "$log"
+  { echo "== docker run --rm --gpus all local/cuda-base:h100 nvidia-smi"; docker run --rm --gpus all local/cuda-base:h100 nvidia-smi
+    echo "rc=$?"; echo "== the same without --gpus (no GPU expected)"; docker run --rm local/cuda-base:h100 nvidia-smi -L; echo "rc=$?"
+  } 2>&1 | tee -a "$log"
+  stop_dockerd
+fi
+
 echo "== gpu_facts" | tee "$OUT/facts.json"
 ansible localhost -i tests/gpu/inventory.yml -m k8sgpu.nvidia.gpu_facts 2>&1 | tee -a "$OUT/facts.json"
 
