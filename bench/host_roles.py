@@ -179,7 +179,8 @@ def run_roles(names: list[str], proxy: str, mirror: str, playbook: Path) -> tupl
 
 def driver_apt_get_s(name: str) -> int:
     """How long the apt-get run that installed the driver took on a node (apt's history.log, 1 s steps):
-    the same command on both sides, so a difference here is not the roles' own overhead."""
+    the same packages on both sides (the apt module adds only dpkg's conffile options, a lock timeout and
+    exact versions), so a difference here is not the roles' own tasks."""
     log = must(["docker", "exec", name, "cat", "/var/log/apt/history.log"])
     for block in log.split("\n\n"):
         fields = dict(line.split(": ", 1) for line in block.strip().splitlines() if ": " in line)

@@ -3,19 +3,22 @@
 # .docker-bin/docker-bin.tar.xz, and the library dockerd needs beyond a base
 # Ubuntu into .docker-bin/lib, for tests/gpu/run.sh on the GPU machine, which
 # has neither Docker nor a network. The packages come from Debian's archive
-# through apt (the lab's proxy where K8SGPU_APT_PROXY is set); kept in
-# $K8SGPU_CACHE/docker-bin, keyed by the package versions.
+# through this machine's apt; kept in $K8SGPU_CACHE/docker-bin, keyed by the
+# candidate versions (apt-cache), so they are downloaded only when missing.
 set -euo pipefail
 # shellcheck source=lab/lib.sh
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 # libdevmapper1.02.1: dockerd links it and a base Ubuntu lacks it.
 packages=(docker.io containerd runc tini libdevmapper1.02.1)
-work=$(mktemp -d); chmod 755 "$work"; trap 'rm -rf "$work"' EXIT
-(cd "$work" && apt-get download "${packages[@]}" >/dev/null)
-key=$(cd "$work" && printf '%s\n' *.deb | sed 's|_amd64\.deb$||' | sort | tr '\n' '+' | sed 's/+$//')
+# The .deb file names' package_version, as apt-get download names them.
+key=$(for p in "${packages[@]}"; do
+        apt-cache show --no-all-versions "$p" | awk -v p="$p" '/^Version:/ {v = $2; gsub(":", "%3a", v); print p "_" v}'
+      done | sort | tr '\n' '+' | sed 's/+$//')
 cache=$K8SGPU_CACHE/docker-bin/$(echo "$key" | sha256sum | cut -c1-16)
 if [ ! -f "$cache/docker-bin.tar.xz" ]; then
+  work=$(mktemp -d); chmod 755 "$work"; trap 'rm -rf "$work"' EXIT
+  (cd "$work" && apt-get download "${packages[@]}" >/dev/null)
   mkdir -p "$work/root" "$cache"
   for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/root"; done
   bin=$work/bin; mkdir -p "$bin"
