@@ -11,7 +11,7 @@ export K8SGPU_LAB_STATE ?= $(CURDIR)/.lab
 export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/lab
 
-.PHONY: help venv lab lab-down lab-status site test lint sanity unit molecule integration clean-cache
+.PHONY: help deps venv lab lab-down lab-status site test lint sanity unit molecule integration clean-cache
 
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -22,9 +22,12 @@ $(VENV)/.installed: requirements-dev.txt
 	$(VENV)/bin/pip install -q -r requirements-dev.txt
 	touch $@
 
+deps:  ## install the Debian packages the lab needs (as root) and check Go 1.26+
+	lab/install-deps.sh
+
 venv: $(VENV)/.installed  ## create .venv with the pinned development dependencies
 
-lab: venv  ## bring the lab up (node containers, apt proxy, Kubernetes control plane)
+lab: deps venv  ## bring the lab up (node containers, apt proxy, Kubernetes control plane)
 	lab/lab.sh up
 
 lab-down:  ## remove the lab's containers, network and processes
@@ -33,7 +36,7 @@ lab-down:  ## remove the lab's containers, network and processes
 lab-status:  ## show the lab
 	lab/lab.sh status
 
-site: lab  ## the main job against the lab
+site: lab  ## on a fresh machine: install what is missing, bring the lab up, run site.yml against it
 	ansible-playbook site.yml -i $(INVENTORY)
 
 test: lint sanity unit lab molecule integration  ## every test: lint, sanity, unit, molecule, lab integration
