@@ -9,13 +9,25 @@ BRANCH = {"molecule-debian12": "535."}
 def test_packages_installed_from_the_wanted_branch(host):
     pkg = host.package("nvidia-driver")
     assert pkg.is_installed and pkg.version.startswith(BRANCH[host.backend.get_hostname()])
+    # driver_kernel_modules=auto without a GPU in sysfs (an image build): open.
     assert host.package("nvidia-open-kernel-dkms").is_installed
-    assert not host.package("nvidia-kernel-dkms").is_installed  # open modules by default
+    assert not host.package("nvidia-kernel-dkms").is_installed
+
+
+def test_converged_run_keeps_the_installed_flavour(host):
+    # The last run (idempotence) found no loaded module and chose by dpkg's installed package of the branch.
+    result = json.loads(host.file("/var/tmp/k8sgpu-driver-result.json").content_string)
+    version = host.package("nvidia-open-kernel-dkms").version
+    assert result["kernel_modules"] == "open"
+    assert result["kernel_modules_reason"] == f"auto: keeps the installed nvidia-open-kernel-dkms {version}"
+    assert "nvidia-open-kernel-dkms" in result["packages"] and "nvidia-kernel-dkms" not in result["packages"]
 
 
 def test_packages_held(host):
-    held = host.check_output("dpkg --get-selections nvidia-driver nvidia-open-kernel-dkms")
-    assert all(line.split()[1] == "hold" for line in held.splitlines()), held
+    # Every nvidia package the role installs (k8sgpu.nvidia.dpkg_packages), not gcc nor the headers.
+    held = host.check_output("dpkg --get-selections nvidia-driver nvidia-open-kernel-dkms nvidia-smi nvidia-persistenced")
+    assert len(held.splitlines()) == 4 and all(line.split()[1] == "hold" for line in held.splitlines()), held
+    assert host.check_output("dpkg --get-selections gcc").split()[1] == "install"
 
 
 def test_dkms_built_the_module_for_the_debian_kernel(host):
