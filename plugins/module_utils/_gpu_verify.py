@@ -29,8 +29,6 @@ def job_manifest(name: str, namespace: str, run_id: str, image: str, gpus: int, 
     selector = dict(node_selector or {})
     labels = {"app.kubernetes.io/name": "cuda-vector-add", "app.kubernetes.io/managed-by": MANAGED_BY, RUN_LABEL: run_id}
     if node:
-        # Pinned by label, not spec.nodeName, so the real scheduler still checks GPU capacity and taints.
-        selector["kubernetes.io/hostname"] = node
         labels[NODE_LABEL] = node[:63]
     container = {
         "name": "cuda-vector-add",
@@ -48,6 +46,12 @@ def job_manifest(name: str, namespace: str, run_id: str, image: str, gpus: int, 
     }
     if selector:
         pod_spec["nodeSelector"] = selector
+    if node:
+        # Pinned by the Node's name, as the DaemonSet controller pins its pods: not by spec.nodeName, so the real
+        # scheduler still checks GPU capacity and taints; not by the kubernetes.io/hostname label, which is the
+        # kubelet's hostname and differs from the Node name under --hostname-override or a cloud provider.
+        pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
     if runtime_class:
         pod_spec["runtimeClassName"] = runtime_class
     if image_pull_secrets:

@@ -17,8 +17,10 @@ description:
     driver too old for the image, or the timeout."
   - Where the cluster gives no container logs (kwok's simulated nodes, for example) a succeeded Job is reported as
     C(completed, logs unavailable) and never as passed; O(require_logs) decides whether that fails the task.
-  - Pinned Jobs select their Node by the C(kubernetes.io/hostname) label rather than C(spec.nodeName), so the
-    scheduler still checks GPU capacity, taints and tolerations.
+  - Pinned Jobs select their Node by its name, with a required node affinity on the field C(metadata.name) (as the
+    DaemonSet controller pins its pods), not by C(spec.nodeName), so the scheduler still checks GPU capacity, taints
+    and tolerations, and not by the C(kubernetes.io/hostname) label, which holds the kubelet's hostname and can differ
+    from the Node's name.
   - Written because M(kubernetes.core.k8s) can create a Job and wait for it, but not judge its log, explain a Pending
     pod, or run and clean up one Job per Node in one task.
 author:
@@ -63,7 +65,9 @@ options:
     type: bool
     default: false
   nodes:
-    description: Node names for O(per_node).
+    description:
+      - Node names (C(metadata.name), as C(kubectl get nodes) shows them) for O(per_node).
+      - The filter P(k8sgpu.nvidia.node_name#filter) maps inventory hosts to them.
     type: list
     elements: str
     default: []

@@ -19,16 +19,25 @@ def pod(phase="Pending", waiting=None, terminated=None, scheduled=None):
     return {"metadata": {"name": "p1"}, "status": {"phase": phase, "containerStatuses": cs, "conditions": conds}}
 
 
-def test_manifest_pins_by_hostname_label_and_requests_gpus():
+def test_manifest_pins_by_node_name_and_requests_gpus():
     job = job_manifest("j", "default", "r1", "img:1", 2, "gpu-1", {"gpu": "true"}, [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                        120, "nvidia", ["regcred"], None)
     spec = job["spec"]["template"]["spec"]
-    assert spec["nodeSelector"] == {"gpu": "true", "kubernetes.io/hostname": "gpu-1"}
+    # Pinned by the Node's name (metadata.name), as the DaemonSet controller does: the kubernetes.io/hostname label
+    # is the kubelet's hostname, which differs from the Node name under --hostname-override or a cloud provider.
+    assert spec["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]}]}}}
+    assert spec["nodeSelector"] == {"gpu": "true"}
     assert "nodeName" not in spec  # the scheduler must still check capacity and taints
     assert spec["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
     assert spec["runtimeClassName"] == "nvidia" and spec["imagePullSecrets"] == [{"name": "regcred"}]
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 180
     assert job["spec"]["template"]["metadata"]["labels"]["k8sgpu.nvidia/verify-run"] == "r1"
+
+
+def test_manifest_unpinned_has_no_affinity():
+    spec = job_manifest("j", "default", "r1", "img:1", 1, None, {}, [], 60, None, [], None)["spec"]["template"]["spec"]
+    assert "affinity" not in spec and "nodeSelector" not in spec
 
 
 def test_passed_needs_the_mark_in_the_log():
