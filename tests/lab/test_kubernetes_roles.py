@@ -151,7 +151,9 @@ def test_node_labels_missing_node_fails_with_its_name():
 def test_node_labels_bad_label_is_named(clean_gpu_labels):
     res = role("node_labels", extra={"node_labels_labels": {"role": "train gpu"}})
     assert res.returncode != 0
-    assert "invalid label role='train gpu'" in res.stdout or "label role='train gpu'" in res.stdout, res.stdout[-2000:]
+    out = " ".join(res.stdout.split())
+    assert f"node_labels[{GPU_NODES[0]}]: invalid label" in out, res.stdout[-2000:]
+    assert "role='train gpu': values must be at most 63 characters of [A-Za-z0-9-_.]" in out, res.stdout[-2000:]
 
 
 # --- device_plugin ------------------------------------------------------------------
@@ -247,3 +249,69 @@ def test_device_plugin_wait_names_each_node_and_why(core, plugin, clean_gpu_labe
     assert f"{tainted}: no device plugin pod on this node: untolerated taint(s) dedicated=infra:NoSchedule" in out, out[-6000:]
     for n in GPU_NODES:
         assert f"{n}:" not in out.split("advertise no allocatable")[-1]
+
+
+# Every optional setting of the DaemonSet and its configuration, set; the role's defaults clear them all.
+OPTIONAL_SET = {
+    "device_plugin_runtime_class": "nvidia",
+    "device_plugin_image_pull_secrets": ["regcred"],
+    "device_plugin_extra_tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+    "device_plugin_image_digest": "sha256:" + "0123456789abcdef" * 4,
+    "device_plugin_time_slicing_replicas": 4,
+    "device_plugin_tolerate_control_plane": True,
+}
+# The RuntimeClass does not exist in the lab, so the pods would never run: no waiting.
+NO_WAIT = {"device_plugin_wait": False}
+
+
+def _optional_settings(core, apps) -> dict:
+    """Which optional settings the live objects carry."""
+    spec = apps.read_namespaced_daemon_set(DS, "kube-system").spec.template.spec
+    keys = {t.key for t in spec.tolerations or []}
+    config = yaml.safe_load(core.read_namespaced_config_map(f"{DS}-config", "kube-system").data["config.yaml"])
+    return {
+        "runtime class": spec.runtime_class_name is not None,
+        "image pull secrets": bool(spec.image_pull_secrets),
+        "extra toleration": "dedicated" in keys,
+        "image digest": "@sha256:" in spec.containers[0].image,
+        "time-slicing": "sharing" in config,
+        "control-plane tolerations": bool(keys & {CP_KEY, MASTER_KEY}),
+    }
+
+
+def _managers(apps) -> set:
+    """Field managers of the DaemonSet itself (not of its status)."""
+    ds = apps.read_namespaced_daemon_set(DS, "kube-system")
+    return {(m.manager, m.operation) for m in ds.metadata.managed_fields or [] if not m.subresource}
+
+
+def test_device_plugin_clearing_a_setting_removes_it_from_the_live_objects(core, plugin):
+    # First from objects written as earlier versions of the role wrote them (a merge patch, another field manager).
+    legacy = run(["ansible-playbook", "-i", "inventories/lab", "tests/lab/playbooks/device_plugin_legacy.yml",
+                  "-e", json.dumps(OPTIONAL_SET)])
+    assert legacy.returncode == 0, legacy.stdout[-3000:]
+    assert _managers(plugin) == {("OpenAPI-Generator", "Update")}
+    assert all(_optional_settings(core, plugin).values()), _optional_settings(core, plugin)
+
+    check = role("device_plugin", "--check", extra=NO_WAIT)
+    assert check.returncode == 0 and changed(check) > 0, check.stdout[-3000:]
+    assert all(_optional_settings(core, plugin).values())  # check mode changed nothing
+    assert _managers(plugin) == {("OpenAPI-Generator", "Update")}
+
+    cleared = role("device_plugin", extra=NO_WAIT)
+    assert cleared.returncode == 0, cleared.stdout[-3000:]
+    assert not any(_optional_settings(core, plugin).values()), _optional_settings(core, plugin)
+    assert _managers(plugin) == {("k8sgpu.nvidia", "Apply")}
+
+    again = role("device_plugin", extra=NO_WAIT)
+    assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]
+
+    # Then set and cleared again, both by the role.
+    set_ = role("device_plugin", extra={**OPTIONAL_SET, **NO_WAIT})
+    assert set_.returncode == 0, set_.stdout[-3000:]
+    assert all(_optional_settings(core, plugin).values()), _optional_settings(core, plugin)
+    set_again = role("device_plugin", extra={**OPTIONAL_SET, **NO_WAIT})
+    assert set_again.returncode == 0 and changed(set_again) == 0, set_again.stdout[-3000:]
+    cleared = role("device_plugin", extra=NO_WAIT)
+    assert cleared.returncode == 0, cleared.stdout[-3000:]
+    assert not any(_optional_settings(core, plugin).values()), _optional_settings(core, plugin)

@@ -1,0 +1,59 @@
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Server-side apply: hand the fields another field manager set over to ours."""
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+
+def _union(a: Mapping, b: Mapping) -> dict:
+    """Union of two FieldsV1 trees ({"f:spec": {"f:x": {}}, ...})."""
+    out = copy.deepcopy(dict(a))
+    for key, value in b.items():
+        out[key] = _union(out.get(key) or {}, value or {}) if key in out else copy.deepcopy(value)
+    return out
+
+
+def take_over_fields(managed_fields: Any, managers: Sequence[str], manager: str) -> list:
+    """An object's metadata.managedFields with the fields that `managers` set with Update operations (the main
+    resource; subresources such as status stay with their controllers) moved into `manager`'s Apply entry.
+
+    Server-side apply removes a field when the applied configuration drops it only if the applier is the field's
+    only owner. Fields set by a merge patch (as the device_plugin role did before it applied server-side) belong to
+    another manager and would stay for ever: written back as managedFields, this makes them ours, once. Returns
+    the list unchanged when none of `managers` has such an entry.
+    """
+    if managed_fields is None:
+        return []
+    if isinstance(managed_fields, (str, Mapping)) or not isinstance(managed_fields, Sequence):
+        raise AnsibleFilterError(f"take_over_fields expects an object's metadata.managedFields (a list), got {managed_fields!r}")
+    entries = [dict(e) for e in managed_fields]
+    legacy = [e for e in entries
+              if e.get("manager") in managers and e.get("operation") == "Update" and not e.get("subresource")]
+    if not legacy:
+        return list(managed_fields)
+    ours = next((e for e in entries if e.get("manager") == manager and e.get("operation") == "Apply"
+                 and not e.get("subresource")), None)
+    fields: dict = dict((ours or {}).get("fieldsV1") or {})
+    for entry in legacy:
+        fields = _union(fields, entry.get("fieldsV1") or {})
+    out = []
+    for entry in entries:
+        if entry is legacy[0] and ours is None:
+            new = {"manager": manager, "operation": "Apply", "apiVersion": entry.get("apiVersion"),
+                   "time": entry.get("time"), "fieldsType": "FieldsV1", "fieldsV1": fields}
+            out.append({k: v for k, v in new.items() if v is not None})
+        elif entry is ours:
+            out.append({**entry, "fieldsV1": fields})
+        elif not any(entry is e for e in legacy):
+            out.append(entry)
+    return out
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"take_over_fields": take_over_fields}
