@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from kubernetes import client
 
+from ansible_output import recap
 from conftest import GPU_NODES, LAB_NAME, LAB_STATE, run
+
+SUMMARY_COLUMNS = ["HOST", "NODE", "GPUS", "DRIVER", "NODE TEST", "IN CLUSTER"]
 
 
 def verify(args: dict, *extra: str) -> tuple[int, dict]:
@@ -52,10 +56,24 @@ def test_node_without_gpus_stays_pending_as_insufficient_gpu(core):
     assert _leftover_jobs(core) == []
 
 
-def test_more_gpus_than_any_node_has():
-    rc, out = verify({"gpus": 1000, "node_selector": {"gpu": "true"}, "require_logs": False, "timeout": 10})
+@pytest.fixture
+def only_gpu_nodes_labelled(core):
+    """A label on the lab's GPU nodes alone, so the scheduler's message has known counts."""
+    key = "k8sgpu-test/verify-more-gpus"
+    for n in GPU_NODES:
+        core.patch_node(n, {"metadata": {"labels": {key: "true"}}})
+    yield {key: "true"}
+    for n in GPU_NODES:
+        core.patch_node(n, {"metadata": {"labels": {key: None}}})
+
+
+def test_more_gpus_than_any_node_has(only_gpu_nodes_labelled):
+    rc, out = verify({"gpus": 1000, "node_selector": only_gpu_nodes_labelled, "require_logs": False, "timeout": 10})
     assert rc != 0
-    assert "Insufficient nvidia.com/gpu" in out["results"][0]["reason"] or "didn't match" in out["results"][0]["reason"], out
+    res = out["results"][0]
+    assert res["status"] == "pending" and res["reason"].startswith("timeout after 10 s: Unschedulable: "), res
+    # Both GPU nodes match the selector and have too few GPUs; every other node is rejected by the selector.
+    assert f"{len(GPU_NODES)} Insufficient nvidia.com/gpu" in res["reason"], res
 
 
 def test_check_mode_creates_nothing(core):
@@ -64,11 +82,56 @@ def test_check_mode_creates_nothing(core):
     assert _leftover_jobs(core) == []
 
 
+def summary_table(stdout: str) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """The verify summary printed by the play: {host: {column: value}} and the reason lines under the rows."""
+    lines = stdout.splitlines()
+    headers = [i for i, line in enumerate(lines) if line.split()[:3] == ["HOST", "NODE", "GPUS"]]
+    assert len(headers) == 1, f"expected one summary table, found {len(headers)}: {stdout[-3000:]}"
+    header = lines[headers[0]]
+    indent = len(header) - len(header.lstrip())
+    starts, pos = [], 0
+    for title in SUMMARY_COLUMNS:
+        pos = header.index(title, pos)
+        starts.append(pos)
+        pos += len(title)
+    rows, details = {}, []
+    for line in lines[headers[0] + 1:]:
+        if not line.strip() or len(line) - len(line.lstrip()) < indent:
+            break
+        if line[indent:indent + 4] == "    ":
+            details.append(line.strip())
+            continue
+        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+        rows[cells[0]] = dict(zip(SUMMARY_COLUMNS, cells))
+    return rows, details
+
+
 def test_verify_playbook_prints_one_summary(playbook):
     res = playbook("playbooks/verify.yml")
     assert res.returncode == 0, res.stdout[-4000:]
-    assert "NODE TEST" in res.stdout and "IN CLUSTER" in res.stdout
+    rows, details = summary_table(res.stdout)
+    assert sorted(rows) == sorted(GPU_NODES) and details == []
     for node in GPU_NODES:
-        assert f"{node}" in res.stdout
-    assert "skipped (no GPU or driver)" in res.stdout
-    assert "completed_no_logs: completed, logs unavailable" in res.stdout
+        row = rows[node]
+        assert row["NODE"] == node
+        assert row["NODE TEST"] == "skipped (no GPU or driver)"
+        assert row["IN CLUSTER"].startswith("completed_no_logs: completed, logs unavailable"), row
+
+
+def test_failed_node_test_shows_failed_with_its_reason_and_fails_the_play_after_the_summary(playbook):
+    # The lab's nodes have no NVIDIA driver: told to test GPU 0, cuda_vector_add fails to load libcuda.so.1.
+    res = playbook("playbooks/verify.yml", "-e", json.dumps({"verify_node_devices": [0], "verify_in_cluster": False}))
+    assert res.returncode != 0
+    rows, details = summary_table(res.stdout)
+    for node in GPU_NODES:
+        assert rows[node]["NODE TEST"] == "FAILED", rows[node]
+        assert rows[node]["IN CLUSTER"] == "not run"
+        assert any(d.startswith(f"{node}: Cannot load the CUDA driver library libcuda.so.1") for d in details), details
+    # The summary first, then the play fails naming each failure.
+    summary_at = res.stdout.index("IN CLUSTER")
+    failed_at = res.stdout.index("GPU verification failed: ")
+    assert summary_at < failed_at
+    message = " ".join(res.stdout[failed_at:].split())
+    for node in GPU_NODES:
+        assert f"{node}: node test FAILED: Cannot load the CUDA driver library libcuda.so.1" in message
+    assert recap(res.stdout)["localhost"]["failed"] == 1
