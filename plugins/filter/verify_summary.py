@@ -100,7 +100,7 @@ def verify_summary(hosts: Sequence[str], hostvars: Any, cluster: Any) -> dict:
         rows.append((cells, details))
     if cluster.get("failed"):
         failures.append(f"in cluster: {cluster.get('msg') or 'k8s_gpu_verify failed'}")
-    widths = [max([len(c)] + [len(cells[i]) for cells, _ in rows]) for i, c in enumerate(COLUMNS[:-1])]
+    widths = [max([len(title)] + [len(row[0][i]) for row in rows]) for i, title in enumerate(COLUMNS[:-1])]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + cells[-1]
