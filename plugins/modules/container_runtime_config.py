@@ -21,6 +21,11 @@ description:
     after a backup. A second run changes nothing.
   - When nvidia-ctk rewrites containerd's main file to add C(imports), it writes the file in its own TOML layout;
     comments in that file are lost. The settings are kept. The diff shows exactly what changes.
+  - Backups go to O(backup_dir), never beside the files. CRI-O loads every file of C(crio.conf.d) (and of the
+    directories under it) in lexical order, the later winning, so a backup there would override the new drop-in.
+    Backups that earlier versions of this module left beside the drop-in (C(<drop-in>.<pid>.<date>@<time>~)) are
+    moved to O(backup_dir) and reported in RV(backups_moved); that changes what CRI-O loads, so the task reports a
+    change.
   - This module does B(not) restart the runtime. Notify a handler that restarts it and restores RV(files[].backup_file)
     (or removes a file RV(files[].created) by the task) if the restart fails, as the examples show.
 author:
@@ -75,10 +80,18 @@ options:
     type: path
   backup:
     description:
-      - Before changing an existing file, copy it to C(<path>.<pid>.<date>@<time>~) beside it, keeping owner,
-        group, mode and times, and return that path as RV(files[].backup_file).
+      - Before changing an existing file, copy it to C(<backup_dir>/<path>.<date>T<time>), keeping owner, group,
+        mode and times, and return that path as RV(files[].backup_file).
     type: bool
     default: true
+  backup_dir:
+    description:
+      - Directory for the backups, which mirror each file's path under it. Directories created for them get mode
+        C(0700).
+      - It must be outside the directories of the files (a runtime would read the backups there); the task fails
+        otherwise.
+    type: path
+    default: /var/backups/k8sgpu.nvidia
 notes:
   - Fails, changing nothing, when nvidia-ctk is missing, when a file cannot be read, or when nvidia-ctk rejects the
     configuration (for example a main file that is not TOML); the message names the file and gives nvidia-ctk's
@@ -152,11 +165,26 @@ files:
       description: The copy of the previous file, made with O(backup=true) when an existing file was changed.
       type: str
       returned: when a backup was made
-      sample: /etc/containerd/config.toml.2417.2026-05-04@10:21:07~
+      sample: /var/backups/k8sgpu.nvidia/etc/containerd/config.toml.2026-05-04T10:21:07.316250
   sample:
     - {path: /etc/containerd/config.toml, changed: true, created: false,
-       backup_file: "/etc/containerd/config.toml.2417.2026-05-04@10:21:07~"}
+       backup_file: "/var/backups/k8sgpu.nvidia/etc/containerd/config.toml.2026-05-04T10:21:07.316250"}
     - {path: /etc/containerd/conf.d/99-nvidia.toml, changed: true, created: true}
+backups_moved:
+  description:
+    - Backups of the drop-in that earlier versions left beside it, moved (in check mode, to be moved) to O(backup_dir).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    src:
+      description: Where the backup was.
+      type: str
+      sample: /etc/crio/crio.conf.d/99-nvidia.toml.2417.2026-05-04@10:21:07~
+    dest:
+      description: Where it is now.
+      type: str
+      sample: /var/backups/k8sgpu.nvidia/etc/crio/crio.conf.d/99-nvidia.toml.2417.2026-05-04@10:21:07~
 command:
   description: The nvidia-ctk command that gives the same result on the real files.
   returned: always
@@ -171,7 +199,13 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import ConfigFileError, write_file
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import (
+    DEFAULT_BACKUP_DIR,
+    ConfigFileError,
+    check_backup_dir,
+    move_legacy_backups,
+    write_file,
+)
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_ctk import DEFAULT_PATHS, NvidiaCtkError, plan
 
 
@@ -187,6 +221,7 @@ def main() -> None:
             enable_cdi=dict(type="bool", default=False),
             nvidia_ctk=dict(type="path"),
             backup=dict(type="bool", default=True),
+            backup_dir=dict(type="path", default=DEFAULT_BACKUP_DIR),
         ),
         supports_check_mode=True,
     )
@@ -210,8 +245,19 @@ def main() -> None:
     except NvidiaCtkError as exc:
         module.fail_json(msg=str(exc), config_path=config_path, drop_in_path=drop_in_path)
 
+    backup_dir = p["backup_dir"]
+    try:
+        for path in (drop_in_path, config_path):
+            check_backup_dir(path, backup_dir)
+        # Only the drop-in's directory is read as a whole (CRI-O: every file; containerd: the imports glob).
+        moved = move_legacy_backups(drop_in_path, backup_dir, check_mode=module.check_mode)
+    except ConfigFileError as exc:
+        module.fail_json(msg=f"{exc} Nothing was changed.", config_path=config_path, drop_in_path=drop_in_path)
+
     files = [dict(path=c.path, changed=c.changed, created=c.before is None) for c in changes]
-    result = dict(changed=any(c.changed for c in changes), files=files, command=cmd)
+    result = dict(
+        changed=bool(moved) or any(c.changed for c in changes), files=files, command=cmd, backups_moved=moved
+    )
     if module._diff:
         result["diff"] = [
             dict(
@@ -230,7 +276,8 @@ def main() -> None:
             continue
         try:
             backup_file = write_file(
-                module, change.path, change.after, exists=change.before is not None, backup=p["backup"]
+                module, change.path, change.after, exists=change.before is not None, backup=p["backup"],
+                backup_dir=backup_dir,
             )
         except ConfigFileError as exc:
             module.fail_json(msg=f"{exc} Files written before it: {written or 'none'}.", **result)

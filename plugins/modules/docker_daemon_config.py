@@ -14,6 +14,13 @@ description:
     is not asked to change, and runtimes it is not given, are kept as they are, in their order.
   - Written because the usual ways of enabling the NVIDIA runtime overwrite C(daemon.json) with a template, losing
     settings such as C(log-driver), C(data-root), C(insecure-registries) or other runtimes.
+  - A runtime entry is compared by what dockerd runs, not by its text. An entry that runs the same program (a name
+    that dockerd finds on its C(PATH), C(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), and an
+    absolute path to the same file, symbolic links followed, are the same) with the same C(runtimeArgs) is already
+    right and is not touched, so a host configured by hand as NVIDIA's guide says is left as it is.
+  - Only the keys dockerd reads are written (C(path), C(runtimeArgs), C(runtimeType), C(options)); the C(args) key
+    that C(nvidia-ctk runtime configure --runtime=docker) writes is not read by dockerd, and is refused in
+    O(runtimes). An existing C(args) key is left as it is, with a warning when it is not empty.
   - A file that is not valid JSON, or whose JSON is not an object, fails the task with the parse error's line and
     column, and is left byte for byte untouched. An empty file (or one of only whitespace) counts as C({}).
   - When the result equals the current content, the file is not written at all (its modification time stays).
@@ -47,8 +54,11 @@ options:
     description:
       - "Runtimes by name, each the dict Docker wants under C(runtimes), for example
         C({nvidia: {path: nvidia-container-runtime, runtimeArgs: []}})."
-      - With O(state=present), each is added, or replaces the entry of the same name when that differs. Runtimes
-        not named here are kept.
+      - With O(state=present), each is added, or merged into the entry of the same name when that does not already
+        run it (see the description); the keys given replace the entry's, its other keys are kept. Without
+        C(runtimeArgs), the arguments of an existing entry are kept, whatever they are; with it, they must be equal.
+        An entry of the other kind (C(path) against C(runtimeType)) is replaced, as dockerd takes only one of them.
+        Runtimes not named here are kept.
       - With O(state=absent), only the names matter; those runtimes are removed. When that empties C(runtimes),
         the key is removed.
     type: dict
@@ -80,10 +90,16 @@ options:
     default: present
   backup:
     description:
-      - Before changing an existing file, copy it to C(<path>.<pid>.<date>@<time>~) beside it, keeping its owner,
+      - Before changing an existing file, copy it to C(<backup_dir>/<path>.<date>T<time>), keeping its owner,
         group, mode and times, and return that path as RV(backup_file).
     type: bool
     default: true
+  backup_dir:
+    description:
+      - Directory for the backups, which mirror the file's path under it. Directories created for them get mode
+        C(0700). It must be outside the file's directory; the task fails otherwise.
+    type: path
+    default: /var/backups/k8sgpu.nvidia
   create:
     description:
       - Create the file, with mode C(0644), when it does not exist and there is something to write; missing parent
@@ -107,12 +123,13 @@ seealso:
 """
 
 EXAMPLES = r"""
+# An nvidia entry that already runs nvidia-container-runtime (by name, or as /usr/bin/nvidia-container-runtime)
+# is kept, with the runtimeArgs it has.
 - name: Add the NVIDIA runtime and make it the default, keeping the rest of daemon.json
   k8sgpu.nvidia.docker_daemon_config:
     runtimes:
       nvidia:
         path: nvidia-container-runtime
-        runtimeArgs: []
     default_runtime: nvidia
   notify: Restart docker
 
@@ -199,7 +216,7 @@ backup_file:
   description: The copy of the previous file, made with O(backup=true) when an existing file was changed.
   returned: changed and a backup was made
   type: str
-  sample: /etc/docker/daemon.json.2417.2026-05-04@10:21:07~
+  sample: /var/backups/k8sgpu.nvidia/etc/docker/daemon.json.2026-05-04T10:21:07.316250
 created:
   description: Whether the file did not exist before the task (it was, or in check mode would be, created when the task changed).
   returned: always
@@ -212,7 +229,7 @@ runtimes_added:
   elements: str
   sample: [nvidia]
 runtimes_updated:
-  description: Runtimes that were there with a different definition, and were replaced.
+  description: Runtimes that were there but did not run the wanted program with the wanted arguments, and were updated.
   returned: always
   type: list
   elements: str
@@ -229,6 +246,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import DEFAULT_BACKUP_DIR
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._daemon_json import (
     DaemonJsonError,
     dump_config,
@@ -247,6 +265,7 @@ def main() -> None:
             settings=dict(type="dict", default={}),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             backup=dict(type="bool", default=True),
+            backup_dir=dict(type="path", default=DEFAULT_BACKUP_DIR),
             create=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -265,6 +284,8 @@ def main() -> None:
         )
     except DaemonJsonError as exc:
         module.fail_json(msg=str(exc), path=path)
+    for warning in plan.warnings:
+        module.warn(f"{path}: {warning}")
 
     result = dict(
         changed=plan.changed,
@@ -291,7 +312,9 @@ def main() -> None:
         )
     if not module.check_mode:
         try:
-            backup_file = write_config(module, path, text, exists=data is not None, backup=params["backup"])
+            backup_file = write_config(
+                module, path, text, exists=data is not None, backup=params["backup"], backup_dir=params["backup_dir"]
+            )
         except DaemonJsonError as exc:
             module.fail_json(msg=str(exc), **result)
         if backup_file:

@@ -1,16 +1,25 @@
 """container_runtime_config against NVIDIA's real nvidia-ctk (built by the lab from NVIDIA's sources).
 
-The module runs on this machine (ansible -c local) on files in a temporary directory.
+The module runs on this machine (ansible -c local) on files in a temporary directory. What CRI-O loads from them
+is read with CRI-O's own configuration code (tests/lab/crio_config, built against github.com/cri-o/cri-o/pkg/config
+from the Go module proxy and cached under ~/.cache/k8sgpu-lab/bin).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from conftest import LAB_STATE, run
+from conftest import LAB_STATE, ROOT, run
+
+CRIO_CONFIG_SRC = ROOT / "tests/lab/crio_config"
+CACHE = Path(os.environ.get("K8SGPU_CACHE", Path.home() / ".cache/k8sgpu-lab"))
 
 V2 = b"""# site settings
 version = 2
@@ -34,10 +43,41 @@ def nvidia_ctk() -> str:
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def crio_effective_config():
+    """CRI-O's effective configuration from a main file and a drop-in directory, as CRI-O itself loads them."""
+    version = re.search(r"^require github.com/cri-o/cri-o (v\S+)$", (CRIO_CONFIG_SRC / "go.mod").read_text(), re.M)[1]
+    binary = CACHE / "bin" / f"crio-config-{version}"
+    if not os.access(binary, os.X_OK):
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        if not os.access(go, os.X_OK):
+            pytest.skip(f"{binary} is not built and Go is not installed: CRI-O's own config loader is needed")
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        # containerd/nri's pseudo-version that cri-o pins is served by the proxy but absent from sum.golang.org.
+        env = {**os.environ, "GOFLAGS": "-mod=mod", "GONOSUMDB": "github.com/containerd/nri", "CGO_ENABLED": "0"}
+        cp = subprocess.run(
+            [go, "build", "-trimpath", "-tags", "containers_image_openpgp exclude_graphdriver_btrfs "
+             "exclude_graphdriver_devicemapper", "-ldflags", "-s -w", "-o", f"{binary}.tmp", "."],
+            cwd=CRIO_CONFIG_SRC, env=env, capture_output=True, text=True, timeout=1800, check=False,
+        )
+        if cp.returncode != 0:
+            pytest.skip(f"CRI-O's config loader {version} could not be built (tests/lab/crio_config): {cp.stderr[-800:]}")
+        os.replace(f"{binary}.tmp", binary)
+
+    def _load(config: Path, drop_in_dir: Path) -> dict:
+        cp = subprocess.run([str(binary), str(config), str(drop_in_dir)], capture_output=True, text=True,
+                            timeout=60, check=False)
+        assert cp.returncode == 0, cp.stderr
+        return tomllib.loads(cp.stdout)["crio"]["runtime"]
+    return _load
+
+
 @pytest.fixture
 def module(nvidia_ctk, tmp_path):
     def _run(*flags: str, **args) -> tuple[int, dict]:
         args.setdefault("nvidia_ctk", nvidia_ctk)
+        # Never the test machine's /var/backups.
+        args.setdefault("backup_dir", str(tmp_path / "backups"))
         cp = run(["ansible", "localhost", "-c", "local", "-m", "k8sgpu.nvidia.container_runtime_config",
                   "-a", json.dumps(args), *flags], env_extra={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
         out = cp.stdout
@@ -98,7 +138,7 @@ def test_check_mode_and_diff_write_nothing(module, tmp_path):
     rc, res = module("--check", "--diff", runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
     assert rc == 0 and res["changed"], res
     assert config.read_bytes() == V2 and not drop_in.exists()
-    assert not list(config.parent.glob("config.toml.*~"))  # no backup either
+    assert not (tmp_path / "backups").exists()  # no backup either
     assert f'+imports = ["{drop_in.parent}/*.toml"]' in res["_stdout"]
     assert '+      default_runtime_name = "nvidia"' in res["_stdout"]
 
@@ -163,3 +203,61 @@ def test_missing_nvidia_ctk_fails_clearly(module, tmp_path):
                      nvidia_ctk=str(tmp_path / "no-such-nvidia-ctk"))
     assert rc != 0 and "nvidia-container-toolkit-base" in res["msg"]
     assert not config.exists()
+
+
+def crio_paths(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "etc/crio/crio.conf", tmp_path / "etc/crio/crio.conf.d/99-nvidia.toml"
+
+
+def test_crio_loads_the_last_change_not_a_backup(module, crio_effective_config, tmp_path):
+    """Two successive changes of the drop-in: CRI-O reads every file of crio.conf.d in lexical order, so a backup
+    of the first change beside the drop-in would be read last and win."""
+    config, drop_in = crio_paths(tmp_path)
+    drop_in.parent.mkdir(parents=True)
+    (drop_in.parent / "50-site.toml").write_text('[crio.runtime]\nlog_size_max = 4096\n')
+    first, second = "/usr/bin/nvidia-container-runtime", "/opt/nvidia/bin/nvidia-container-runtime"
+    rc, res = module(runtime="crio", config_path=str(config), drop_in_path=str(drop_in), runtime_path=first)
+    assert rc == 0 and res["changed"], res
+    assert crio_effective_config(config, drop_in.parent)["runtimes"]["nvidia"]["runtime_path"] == first
+    rc, res = module(runtime="crio", config_path=str(config), drop_in_path=str(drop_in), runtime_path=second)
+    assert rc == 0 and res["changed"], res
+    effective = crio_effective_config(config, drop_in.parent)
+    assert effective["runtimes"]["nvidia"]["runtime_path"] == second, sorted(os.listdir(drop_in.parent))
+    assert effective["default_runtime"] == "nvidia" and effective["log_size_max"] == 4096
+    assert sorted(os.listdir(drop_in.parent)) == ["50-site.toml", "99-nvidia.toml"]
+    backup = Path(next(f["backup_file"] for f in res["files"] if f["path"] == str(drop_in)))
+    assert backup.is_relative_to(tmp_path / "backups") and first in backup.read_text()
+
+
+def test_old_backups_beside_the_crio_drop_in_are_moved_out(module, crio_effective_config, tmp_path):
+    """A host where an earlier version left a backup in crio.conf.d: CRI-O loads it after the drop-in."""
+    config, drop_in = crio_paths(tmp_path)
+    rc, res = module(runtime="crio", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and res["changed"], res
+    old = drop_in.parent / "99-nvidia.toml.4242.2026-05-04@10:21:07~"
+    old.write_text('[crio.runtime]\ndefault_runtime = "runc"\n')
+    assert crio_effective_config(config, drop_in.parent)["default_runtime"] == "runc"  # the stale backup wins
+    before = drop_in.read_bytes()
+
+    rc, res = module("--check", runtime="crio", config_path=str(config), drop_in_path=str(drop_in))
+    moved = [{"src": str(old), "dest": f"{tmp_path}/backups{old}"}]
+    assert rc == 0 and res["changed"] and res["backups_moved"] == moved, res
+    assert old.exists()
+
+    rc, res = module(runtime="crio", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and res["changed"] and res["backups_moved"] == moved, res
+    assert not any(f["changed"] for f in res["files"]) and drop_in.read_bytes() == before
+    assert sorted(os.listdir(drop_in.parent)) == ["99-nvidia.toml"]
+    assert Path(moved[0]["dest"]).read_text() == '[crio.runtime]\ndefault_runtime = "runc"\n'
+    assert crio_effective_config(config, drop_in.parent)["default_runtime"] == "nvidia"
+
+    rc, res = module(runtime="crio", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and not res["changed"] and res["backups_moved"] == [], res
+
+
+def test_backup_dir_inside_the_drop_in_directory_is_refused(module, tmp_path):
+    config, drop_in = crio_paths(tmp_path)
+    rc, res = module(runtime="crio", config_path=str(config), drop_in_path=str(drop_in),
+                     backup_dir=str(drop_in.parent / "backups"))
+    assert rc != 0 and f"is inside {drop_in.parent}" in res["msg"] and "Nothing was changed" in res["msg"], res
+    assert not drop_in.exists()

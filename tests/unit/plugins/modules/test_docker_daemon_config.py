@@ -50,6 +50,14 @@ def run_main(args: dict) -> dict:
     return result
 
 
+@pytest.fixture(autouse=True)
+def backup_dir(tmp_path, monkeypatch) -> Path:
+    """The module's default backup directory, moved under tmp_path (never /var/backups of the test machine)."""
+    path = tmp_path / "var/backups/k8sgpu.nvidia"
+    monkeypatch.setattr(docker_daemon_config, "DEFAULT_BACKUP_DIR", str(path))
+    return path
+
+
 @pytest.fixture
 def daemon_json(tmp_path) -> Path:
     path = tmp_path / "etc/docker/daemon.json"
@@ -161,7 +169,8 @@ class TestMain:
         assert result["path"] == str(target) and result["created"] is False
         assert json.loads(target.read_text())["default-runtime"] == "nvidia"
         assert others(link) == []
-        assert [p.name for p in target.parent.iterdir() if p != target] == [os.path.basename(result["backup_file"])]
+        assert others(target) == []
+        assert Path(result["backup_file"]).read_text() == EXISTING_TEXT
 
     def test_mode_and_owner_are_kept(self, module_io, daemon_json):
         daemon_json.chmod(0o600)
@@ -177,14 +186,25 @@ class TestMain:
         assert stat.S_IMODE(st.st_mode) == 0o600
         assert (st.st_uid, st.st_gid) == owner
 
-    def test_backup_has_previous_content(self, module_io, daemon_json):
+    def test_backup_has_previous_content_and_is_not_beside_the_file(self, module_io, daemon_json, backup_dir):
         daemon_json.chmod(0o640)
         result = run_main({"path": str(daemon_json), **ADD_NVIDIA})
         backup = Path(result["backup_file"])
-        assert backup.parent == daemon_json.parent and backup.name.startswith("daemon.json.")
+        # backup_dir mirrors the file's path.
+        assert backup.parent == Path(f"{backup_dir}{daemon_json.parent}") and backup.name.startswith("daemon.json.")
         assert backup.read_text() == EXISTING_TEXT
         assert stat.S_IMODE(backup.stat().st_mode) == 0o640
-        assert others(daemon_json) == [backup.name]
+        assert stat.S_IMODE(backup_dir.stat().st_mode) == 0o700
+        assert others(daemon_json) == []
+
+    def test_backup_dir_option_and_one_inside_the_files_directory_is_refused(self, module_io, daemon_json, tmp_path):
+        result = run_main({"path": str(daemon_json), **ADD_NVIDIA, "backup_dir": str(tmp_path / "site-backups")})
+        assert result["backup_file"].startswith(f"{tmp_path}/site-backups{daemon_json.parent}/daemon.json.")
+        before = snapshot(daemon_json)
+        result = run_main({"path": str(daemon_json), "settings": {"debug": True},
+                           "backup_dir": str(daemon_json.parent / "backups")})
+        assert result.get("failed") is True and f"is inside {daemon_json.parent}" in result["msg"]
+        assert snapshot(daemon_json) == before
 
     def test_no_backup(self, module_io, daemon_json):
         result = run_main({"path": str(daemon_json), **ADD_NVIDIA, "backup": False})
