@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 VERSION = "1.20.1-1"
 RESULT = "/var/tmp/k8sgpu-container-toolkit-result.json"
 
@@ -44,11 +42,14 @@ def test_daemon_json_merged_keeping_the_sites_keys(host):
     assert config["log-opts"] == {"max-size": "10m", "max-file": "3"}
     assert config["storage-driver"] == "vfs"
     assert config["runtimes"]["site-runtime"] == {"path": "/usr/sbin/runc"}
-    assert config["runtimes"]["nvidia"] == {"path": "nvidia-container-runtime", "args": []}
+    # Only keys dockerd reads (never nvidia-ctk's "args").
+    assert config["runtimes"]["nvidia"] == {"path": "nvidia-container-runtime"}
     assert config["default-runtime"] == "nvidia"
     assert f.mode == 0o640  # the site's mode is kept
-    backups = host.check_output("ls /etc/docker/ | grep -c '^daemon.json\\..*~$' || true")
-    assert backups == "1", "one backup of the site's daemon.json, from the first run only"
+    # One backup of the site's daemon.json, from the first run only, outside /etc/docker.
+    backups = host.check_output("ls /var/backups/k8sgpu.nvidia/etc/docker/").split()
+    assert len(backups) == 1 and backups[0].startswith("daemon.json."), backups
+    assert host.check_output("ls /etc/docker/") == "daemon.json"
 
 
 def test_docker_runs_with_nvidia_as_default_runtime(host):
@@ -90,10 +91,15 @@ def test_containerd_gets_nvidia_as_its_default_through_a_drop_in(host):
     assert 'snapshotter = "native"' in dump
 
 
-@pytest.mark.parametrize("key", ["version", "runtimes", "changed_files", "cdi_spec", "gpu_check"])
-def test_role_result(host, key):
+def test_role_result(host):
+    """container_toolkit_result of the first converge (the idempotence run does not rewrite the file)."""
     result = json.loads(host.file(RESULT).content_string)
-    assert key in result
-    assert result["runtimes"] == ["containerd", "docker"]
-    assert result["version"] == VERSION
-    assert result["cdi_spec"].startswith("skipped") and result["gpu_check"].startswith("skipped")
+    assert result == {
+        "version": VERSION,
+        "runtimes": ["containerd", "docker"],
+        "changed_files": ["/etc/docker/daemon.json", "/etc/containerd/conf.d/99-nvidia.toml",
+                          "/etc/containerd/config.toml"],
+        "backups_moved": [],
+        "cdi_spec": "skipped (no NVIDIA driver loaded)",
+        "gpu_check": "skipped (no NVIDIA driver loaded)",
+    }, result
