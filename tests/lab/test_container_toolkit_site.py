@@ -68,7 +68,7 @@ def node():
          "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
          "-e", "container=docker", IMAGE, "/lib/systemd/systemd"], capture_output=True, check=True)
     try:
-        for _ in range(60):
+        for _attempt in range(60):
             if sh("systemctl is-system-running || true") in ("running", "degraded"):
                 break
             time.sleep(1)

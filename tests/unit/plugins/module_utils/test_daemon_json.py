@@ -39,7 +39,7 @@ def plan(current_entry, wanted=None, resolve=None, **kw):
 
 class TestSameRuntimeIsUnchanged:
     def test_guides_entry_with_runtime_args(self, host):
-        resolve, _ = host
+        resolve = host[0]
         p = plan({"path": "nvidia-container-runtime", "runtimeArgs": []}, resolve=resolve)
         assert not p.changed and p.runtimes_updated == [] and p.warnings == []
 
@@ -56,14 +56,14 @@ class TestSameRuntimeIsUnchanged:
         assert not plan({"path": str(link)}, resolve=resolve).changed
 
     def test_arguments_a_user_set_are_kept(self, host):
-        resolve, _ = host
+        resolve = host[0]
         entry = {"path": "nvidia-container-runtime", "runtimeArgs": ["--debug"]}
         p = plan(entry, resolve=resolve)
         assert not p.changed and p.config["runtimes"]["nvidia"] == entry
 
     def test_entry_in_nvidia_ctks_format_is_unchanged_and_never_rewritten(self, host):
         # What nvidia-ctk and earlier versions of this collection wrote: dockerd ignores "args".
-        resolve, _ = host
+        resolve = host[0]
         p = plan({"path": "nvidia-container-runtime", "args": []}, resolve=resolve)
         assert not p.changed and p.warnings == []
 
@@ -75,7 +75,7 @@ class TestSameRuntimeIsUnchanged:
 
 class TestOtherRuntimeIsUpdated:
     def test_another_program_of_the_same_name(self, host, tmp_path):
-        resolve, _ = host
+        resolve = host[0]
         other = tmp_path / "opt/nvidia-container-runtime"
         other.parent.mkdir()
         other.write_text("#!/bin/sh\n")
@@ -86,7 +86,7 @@ class TestOtherRuntimeIsUpdated:
         assert p.config["runtimes"]["nvidia"] == {"path": "nvidia-container-runtime", "runtimeArgs": ["--debug"]}
 
     def test_a_missing_program_is_not_the_wanted_one(self, host):
-        resolve, _ = host
+        resolve = host[0]
         p = plan({"path": "/nonexistent/nvidia-container-runtime"}, resolve=resolve)
         assert p.runtimes_updated == ["nvidia"]
         assert p.config["runtimes"]["nvidia"] == {"path": "nvidia-container-runtime"}
@@ -100,13 +100,13 @@ class TestOtherRuntimeIsUpdated:
         assert p.config["runtimes"]["nvidia"] == {"path": f"{usr}/nvidia-container-runtime", "runtimeArgs": []}
 
     def test_shim_entry_of_another_program_is_replaced(self, host):
-        resolve, _ = host
+        resolve = host[0]
         entry = {"runtimeType": "io.containerd.runsc.v1"}
         p = plan(entry, resolve=resolve)
         assert p.config["runtimes"]["nvidia"] == {"path": "nvidia-container-runtime"}
 
     def test_args_a_user_wrote_are_reported_not_dropped(self, host, tmp_path):
-        resolve, _ = host
+        resolve = host[0]
         p = plan({"path": "/nonexistent/nvidia-container-runtime", "args": ["--debug"]}, resolve=resolve)
         assert p.config["runtimes"]["nvidia"] == {"path": "nvidia-container-runtime", "args": ["--debug"]}
         assert len(p.warnings) == 1 and "dockerd does not read" in p.warnings[0] and "runtimeArgs" in p.warnings[0]
@@ -114,7 +114,7 @@ class TestOtherRuntimeIsUpdated:
 
 class TestWritesDockersOwnKeys:
     def test_new_entry_is_written_as_given(self, host):
-        resolve, _ = host
+        resolve = host[0]
         p = plan_config({}, runtimes=ROLE_WANTS, default_runtime="nvidia", resolve=resolve)
         assert p.config == {"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}, "default-runtime": "nvidia"}
 

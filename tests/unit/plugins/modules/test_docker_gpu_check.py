@@ -32,8 +32,8 @@ def test_choose_image(image, pull, local, expected):
 
 
 def test_command_pulls_only_when_asked():
-    assert command("docker", SITE, False) == ["docker", "run", "--rm", "--pull", "never", "--gpus", "all", SITE,
-                                             "nvidia-smi", "-L"]
+    expected = ["docker", "run", "--rm", "--pull", "never", "--gpus", "all", SITE, "nvidia-smi", "-L"]
+    assert command("docker", SITE, False) == expected
     assert command("/usr/bin/docker", SITE, True)[3:5] == ["--pull", "missing"]
 
 
