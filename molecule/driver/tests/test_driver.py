@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-BRANCH = {"molecule-debian12": "535."}
+BRANCH = {"molecule-driver-debian12": "535."}
 
 
 def test_packages_installed_from_the_wanted_branch(host):

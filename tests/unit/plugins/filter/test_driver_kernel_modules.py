@@ -49,9 +49,8 @@ def host_facts(tmp_path: Path, devices: list[tuple[str, str]], proc: str | None 
     if proc is not None:
         (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
         (tmp_path / "proc/driver/nvidia/version").write_text(proc)
-    facts, _ = gather(lambda args: (1, "", ""), None, sysfs_root=str(tmp_path / "sys"),
-                      proc_root=str(tmp_path / "proc"))
-    return facts
+    return gather(lambda args: (1, "", ""), None, sysfs_root=str(tmp_path / "sys"),
+                  proc_root=str(tmp_path / "proc"))[0]
 
 
 def dpkg(**installed: str) -> dict:

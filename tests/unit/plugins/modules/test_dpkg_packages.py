@@ -41,7 +41,7 @@ def run(args: dict, check_mode: bool = False, diff: bool = False) -> tuple[bool,
 
 
 def test_reads_installed_absent_and_versions(module_io):
-    dpkg_version, _ = installed("dpkg")
+    dpkg_version = installed("dpkg")[0]
     upstream = dpkg_version.split("-")[0]
     failed, res = run({"names": ["dpkg", "coreutils", ABSENT], "versions": {"dpkg": upstream, "coreutils": "0.1"}})
     assert not failed and not res["changed"], res
