@@ -12,12 +12,23 @@ export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
   echo "== host"; uname -a; nvidia-smi -L; head -1 /proc/driver/nvidia/version; python3 --version; ansible --version | head -1
 } 2>&1 | tee "$OUT/host.txt"
 
+echo "== preflight (gpu_facts, GPU required)" | tee "$OUT/preflight.log"
+ansible-playbook -i tests/gpu/inventory.yml tests/gpu/preflight.yml 2>&1 | tee -a "$OUT/preflight.log"
+echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/preflight.log"
+
 echo "== verify.yml (GPU facts and node-level vectorAdd), -c local" | tee "$OUT/verify.log"
 ansible-playbook -i tests/gpu/inventory.yml playbooks/verify.yml -v 2>&1 | tee -a "$OUT/verify.log"
 echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/verify.log"
 
 echo "== second run (idempotence: changed must be 0)" | tee -a "$OUT/verify.log"
 ansible-playbook -i tests/gpu/inventory.yml playbooks/verify.yml 2>&1 | grep -A3 'PLAY RECAP' | tee -a "$OUT/verify.log"
+
+# A GPU that cannot run the kernel: with PTX JIT disabled the driver cannot
+# load the module's PTX, so vectorAdd fails on the real GPU. The summary must
+# say FAILED with the GPU and the reason, and the play must fail after it.
+echo "== verify.yml with CUDA_DISABLE_PTX_JIT=1: FAILED in the summary, play fails" | tee "$OUT/verify-failed.log"
+CUDA_DISABLE_PTX_JIT=1 ansible-playbook -i tests/gpu/inventory.yml playbooks/verify.yml 2>&1 | tee -a "$OUT/verify-failed.log"
+echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/verify-failed.log"
 
 DRIVER_BRANCH=${DRIVER_BRANCH:-580}
 echo "== driver role (branch $DRIVER_BRANCH): must change nothing and not call apt" | tee "$OUT/driver.log"
@@ -38,6 +49,13 @@ if [ -d .toolkit-repo ]; then
   ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml 2>&1 | tee -a "$OUT/toolkit.log"
   echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/toolkit.log"
   ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml 2>&1 | grep -A3 'PLAY RECAP' | tee -a "$OUT/toolkit.log"
+  # A file:// mirror with a proxy set (the README's air-gap setup): no proxy
+  # file for a local mirror, nothing else changes.
+  echo "== file:// mirror with container_toolkit_repo_proxy set: changed must be 0, no proxy file" | tee -a "$OUT/toolkit.log"
+  ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml -e container_toolkit_repo_proxy=http://192.0.2.1:3128 2>&1 \
+    | grep -E 'fatal|FAILED|PLAY RECAP' -A3 | tee -a "$OUT/toolkit.log"
+  f=/etc/apt/apt.conf.d/90k8sgpu-nvidia-container-toolkit-proxy
+  echo "proxy file $f: $([ -e $f ] && echo PRESENT || echo absent)" | tee -a "$OUT/toolkit.log"
   { echo "== CDI spec: devices and size"; nvidia-ctk --version; nvidia-ctk cdi list; wc -c /etc/cdi/nvidia.yaml
     head -n 40 /etc/cdi/nvidia.yaml; echo "== containerd drop-in"; cat /etc/containerd/conf.d/99-nvidia.toml; } 2>&1 | tee -a "$OUT/toolkit.log"
 fi
@@ -70,7 +88,7 @@ if [ -f .docker-bin/docker-bin.tar.xz ] && [ -d .toolkit-repo ]; then
   # nvidia-smi links), ldconfig, and the PATH NVIDIA's images set. The driver's
   # files come from the CDI spec the runtime builds.
   mapfile -t libs < <(ldd /usr/local/nvidia/bin/nvidia-smi | grep -o '/[^ ]*' | sed 's|^/||')
-  tar -C / -chf - "${libs[@]}" sbin/ldconfig* etc/ld.so.conf 2>/dev/null \
+  tar -C / -chf - "${libs[@]}" sbin/ldconfig* etc/ld.so.conf usr/bin/sleep 2>/dev/null \
     | docker import -c 'ENV PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - local/cuda-base:h100 2>&1 | tee -a "$log"
   extra='{"container_toolkit_runtimes": ["containerd", "docker"], "container_toolkit_gpu_check_image": "local/cuda-base:h100"}'
   echo "== role, first run: daemon.json merged, dockerd not restarted (no unit)" | tee -a "$log"
@@ -84,6 +102,22 @@ if [ -f .docker-bin/docker-bin.tar.xz ] && [ -d .toolkit-repo ]; then
   echo "rc=${PIPESTATUS[0]}" | tee -a "$log"
   { echo "== docker run --rm --gpus all local/cuda-base:h100 nvidia-smi"; docker run --rm --gpus all local/cuda-base:h100 nvidia-smi
     echo "rc=$?"; echo "== the same without --gpus (no GPU expected)"; docker run --rm local/cuda-base:h100 nvidia-smi -L; echo "rc=$?"
+  } 2>&1 | tee -a "$log"
+  stop_dockerd
+
+  # A host set up by hand as the guide says: runtimeArgs (Docker's own key)
+  # and the runtime's absolute path. The role must leave daemon.json as it is
+  # and not restart dockerd: a container started before runs on.
+  echo "== the guide's hand-made daemon.json: the role must change nothing, dockerd and its container keep running" | tee -a "$log"
+  printf '{"bridge": "none", "iptables": false%s, "default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}}}\n' "$driver" >/etc/docker/daemon.json
+  {
+    start_dockerd; sum_before=$(sha256sum /etc/docker/daemon.json); pid_before=$(pgrep -x dockerd)
+    docker run -d --name k8sgpu-keep local/cuda-base:h100 sleep 600 >/dev/null && echo "container k8sgpu-keep started"
+    ansible-playbook -i tests/gpu/inventory.yml tests/gpu/container_toolkit.yml -e "$extra" 2>&1 | grep -E 'changed:|fatal|PLAY RECAP' -A3
+    echo "daemon.json: $([ "$(sha256sum /etc/docker/daemon.json)" = "$sum_before" ] && echo unchanged || echo CHANGED)"
+    echo "dockerd pid: before $pid_before, after $(pgrep -x dockerd)"
+    echo "k8sgpu-keep: $(docker inspect -f '{{.State.Status}} since {{.State.StartedAt}}' k8sgpu-keep)"
+    docker rm -f k8sgpu-keep >/dev/null
   } 2>&1 | tee -a "$log"
   stop_dockerd
 fi
