@@ -23,11 +23,12 @@ echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/verify.log"
 echo "== second run (idempotence: changed must be 0)" | tee -a "$OUT/verify.log"
 ansible-playbook -i tests/gpu/inventory.yml playbooks/verify.yml 2>&1 | grep -A3 'PLAY RECAP' | tee -a "$OUT/verify.log"
 
-# A GPU that cannot run the kernel: with PTX JIT disabled the driver cannot
+# A GPU that cannot run the kernel: with PTX JIT disabled (and the JIT cache
+# off, which would otherwise serve the earlier runs' binary) the driver cannot
 # load the module's PTX, so vectorAdd fails on the real GPU. The summary must
 # say FAILED with the GPU and the reason, and the play must fail after it.
-echo "== verify.yml with CUDA_DISABLE_PTX_JIT=1: FAILED in the summary, play fails" | tee "$OUT/verify-failed.log"
-CUDA_DISABLE_PTX_JIT=1 ansible-playbook -i tests/gpu/inventory.yml playbooks/verify.yml 2>&1 | tee -a "$OUT/verify-failed.log"
+echo "== verify.yml with CUDA_DISABLE_PTX_JIT=1 CUDA_CACHE_DISABLE=1: FAILED in the summary, play fails" | tee "$OUT/verify-failed.log"
+CUDA_DISABLE_PTX_JIT=1 CUDA_CACHE_DISABLE=1 ansible-playbook -i tests/gpu/inventory.yml playbooks/verify.yml 2>&1 | tee -a "$OUT/verify-failed.log"
 echo "rc=${PIPESTATUS[0]}" | tee -a "$OUT/verify-failed.log"
 
 DRIVER_BRANCH=${DRIVER_BRANCH:-580}
