@@ -86,27 +86,7 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdmain"
 )
 
-func # CRI-O's own configuration loader (github.com/cri-o/cri-o/pkg/config) as a
-# small program (tests/lab/crio_config), so tests read the configuration CRI-O
-# would load from a main file and its drop-in directory. Debian has no CRI-O.
-crio_config_version() { sed -n 's/^require github.com\/cri-o\/cri-o \(v[^ ]*\)$/\1/p' "$LAB_ROOT/tests/lab/crio_config/go.mod"; }
-build_crio_config() {
-  local version out; version=$(crio_config_version); out="$K8SGPU_CACHE/bin/crio-config-$version"
-  [ -n "$version" ] || die "no 'require github.com/cri-o/cri-o vX' line in tests/lab/crio_config/go.mod"
-  if [ -x "$out" ]; then log "crio-config $version: cached in $out"; return; fi
-  log "crio-config $version: building CRI-O's config loader from the Go module proxy"
-  mkdir -p "$(dirname "$out")"
-  # cri-o pins a containerd/nri pseudo-version that the proxy serves but the
-  # checksum database does not list.
-  run_build "crio-config $version" "$K8SGPU_CACHE/src/crio-config-$version.log" \
-    env -C "$LAB_ROOT/tests/lab/crio_config" GONOSUMDB=github.com/containerd/nri \
-      go build -trimpath -tags 'containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper' \
-      -ldflags '-s -w' -o "$out.tmp" .
-  mv "$out.tmp" "$out"
-  log "crio-config $version: built into $out"
-}
-
-main() { etcdmain.Main(os.Args) }
+func main() { etcdmain.Main(os.Args) }
 GO
   run_build "etcd $ETCD_VERSION (go mod tidy)" "$src/tidy.log" bash -c "cd '$src' && go mod tidy"
   run_build "etcd $ETCD_VERSION (go build)" "$src/build.log" \
