@@ -16,6 +16,10 @@ description:
     usable image; RV(reason) then says why, so that the caller can name what to set.
   - The module does not fail when the check does not pass; RV(passed) and RV(reason) say what happened, for the
     caller to report with its own variables' names. It fails only on bad input or when C(docker) is missing.
+  - Why not M(community.docker.docker_container) (with C(device_requests), C(pull=never), C(detach=false)) - it needs the
+    Python C(requests) library on every GPU host, which minimal and air-gapped hosts lack; it creates a named container
+    and reports a change on every run, where this is a read-only check; and it does not tell an image that is not
+    local from one that failed to run, which this check must name.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
