@@ -58,7 +58,7 @@ def label_value(key: str, value: Any) -> str | None:
     value = str(value)
     if len(value) > 63 or (value and not _LABEL_NAME_RE.match(value)):
         raise NodeSpecError(
-            f"label {key}={value!r}: values must be at most 63 characters of [A-Za-z0-9-_.],"
+            f"{key}={value!r}: values must be at most 63 characters of [A-Za-z0-9-_.],"
             " starting and ending alphanumeric"
         )
     return value
