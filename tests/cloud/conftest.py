@@ -1,0 +1,107 @@
+"""A moto server on 127.0.0.1 as the AWS endpoint of the cloud modules' tests.
+
+moto's ThreadedMotoServer serves EKS, Auto Scaling, EC2 and IAM over real HTTP; the modules reach it through
+their endpoint_url option, with boto3 building and signing the requests as it would for AWS. The tests run the
+module as a user would: `ansible localhost -c local -m k8sgpu.nvidia.eks_nodegroup`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+boto3 = pytest.importorskip("boto3", reason="boto3 is not installed: pip install -r requirements-dev.txt")
+moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed: "
+                                                        "pip install -r requirements-dev.txt")
+
+ROOT = Path(__file__).resolve().parents[2]
+REGION = "eu-west-1"
+CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing-secret"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def endpoint():
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def aws(endpoint):
+    """boto3 clients on the moto server, for the tests' own setup and checks."""
+    session = boto3.session.Session(region_name=REGION, **CREDS)
+    return {s: session.client(s, endpoint_url=endpoint) for s in ("eks", "autoscaling", "ec2", "iam")}
+
+
+@pytest.fixture(scope="session")
+def network(aws):
+    """A node role ARN and two subnet IDs that exist in moto."""
+    role = aws["iam"].create_role(RoleName="eks-nodes", AssumeRolePolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                                                "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
+    vpc = aws["ec2"].create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnets = [aws["ec2"].create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24",
+                                        AvailabilityZone=f"{REGION}{z}")["Subnet"]["SubnetId"]
+               for i, z in ((1, "a"), (2, "b"))]
+    return {"role": role, "subnets": subnets, "vpc": vpc}
+
+
+@pytest.fixture
+def cluster(aws, network):
+    """A fresh EKS cluster in moto for one test (its nodegroups are the test's own)."""
+    name = f"train-{uuid.uuid4().hex[:8]}"
+    aws["eks"].create_cluster(name=name, roleArn=network["role"],
+                              resourcesVpcConfig={"subnetIds": network["subnets"]})
+    return name
+
+
+class Runner:
+    """Runs the module through ansible's ad-hoc command and returns its JSON result."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self.env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "json",
+                    "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_LOCALHOST_WARNING": "0",
+                    "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0", "ANSIBLE_NOCOLOR": "1"}
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
+                  "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
+            self.env.pop(k, None)
+
+    def __call__(self, args: dict, *, check: bool = False, diff: bool = False, connection: bool = True,
+                 python: str = sys.executable) -> dict:
+        if connection:
+            args = {"endpoint_url": self.endpoint, "region": REGION, **CREDS, **args}
+        cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", "k8sgpu.nvidia.eks_nodegroup",
+               "-a", json.dumps(args), "-e", f"ansible_python_interpreter={python}"]
+        if check:
+            cmd.append("--check")
+        if diff:
+            cmd.append("--diff")
+        proc = subprocess.run(cmd, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300, check=False)
+        try:
+            out = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+        result["_rc"] = proc.returncode
+        result["_stdout"] = proc.stdout + proc.stderr
+        return result
+
+
+@pytest.fixture(scope="session")
+def run(endpoint):
+    return Runner(endpoint)
