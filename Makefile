@@ -11,7 +11,7 @@ export K8SGPU_LAB_STATE ?= $(CURDIR)/.lab
 export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/lab
 
-.PHONY: help deps venv lab lab-down lab-status site test lint sanity unit molecule integration clean-cache
+.PHONY: help deps venv lab lab-down lab-status site test lint sanity unit cloud molecule integration clean-cache
 
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -39,7 +39,7 @@ lab-status:  ## show the lab
 site: lab  ## on a fresh machine: install what is missing, bring the lab up, run site.yml against it
 	ansible-playbook site.yml -i $(INVENTORY)
 
-test: lint sanity unit lab molecule integration  ## every test: lint, sanity, unit, molecule, lab integration
+test: lint sanity unit cloud lab molecule integration  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
 
 lint: venv  ## ansible-lint, production profile
 	ansible-lint --profile production
@@ -51,6 +51,9 @@ sanity: venv  ## ansible-test sanity (tests/sanity/run.sh)
 
 unit: venv  ## unit tests
 	pytest -q tests/unit
+
+cloud: venv  ## cloud modules against a local moto server (tests/cloud; no AWS account, no network)
+	pytest -q tests/cloud
 
 molecule: lab  ## molecule scenarios on the lab's Debian images
 	source $(K8SGPU_LAB_STATE)/env && for s in molecule/*/molecule.yml; do \

@@ -36,8 +36,8 @@ description:
     are C(AL2_x86_64), C(AL2_x86_64_GPU), C(AL2_ARM_64), C(CUSTOM), C(BOTTLEROCKET_ARM_64) and
     C(BOTTLEROCKET_x86_64) only, so every AL2023 type and both Bottlerocket NVIDIA types are refused;
     C(validate_taints) sets C(params["taints"] = []) and then indexes that list with C("addOrUpdateTaints"), a
-    C(TypeError) on any taint difference, and it is only called when the live nodegroup has a C(taints) key, so
-    otherwise taints are ignored; C(compare_labels) adds only keys that are not on the nodegroup yet, so a changed
+    C(TypeError) on any taint difference (it is called only when DescribeNodegroup's answer has a C(taints) key;
+    otherwise taints are not compared at all); C(compare_labels) adds only keys that are not on the nodegroup yet, so a changed
     label value is ignored (additions and removals are sent); C(compare_params) checks C(amiTypes), a field that
     does not exist (the API's is C(amiType)), so an AMI type change is silently ignored; in check mode it reports
     no change for labels, taints and tags that would change; it writes no cluster-autoscaler tags.
