@@ -7,6 +7,7 @@
 #   lab/lab.sh down    remove every container, network and process it started
 #   lab/lab.sh status  show what is running
 #   lab/lab.sh images  only build the Debian node images (and what that needs)
+#   lab/lab.sh node NAME SUITE   one more node container (tests remove it)
 #
 # Everything talks only to loopback and to the lab's own Docker network.
 source "$(dirname "$0")/lib.sh"
@@ -177,14 +178,22 @@ build_image() {
 }
 
 # --- node containers -------------------------------------------------------------
+# A reboot inside a node (systemctl reboot, ansible.builtin.reboot) ends its
+# systemd, so the container exits; the restart policy starts it again, with a
+# fresh /run. Containers share the host's boot_id: a reboot is seen from
+# PID 1's start time (NODE_BOOT_TIME_COMMAND, the inventory's
+# driver_reboot_boot_time_command).
+NODE_RESTART_POLICY=unless-stopped
 start_node_container() {
   local name="$1" suite="$2" i state
   if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ]; then
+    # Containers of an earlier lab: the policy is changed in place.
+    docker update --restart "$NODE_RESTART_POLICY" "$name" >/dev/null
     log "node $name: running"; return
   fi
   docker rm -f "$name" >/dev/null 2>&1 || true
   docker run -d --name "$name" --hostname "$name" --network "$NETWORK" \
-    --label "k8sgpu.lab=$LAB_NAME" \
+    --label "k8sgpu.lab=$LAB_NAME" --restart "$NODE_RESTART_POLICY" \
     --cap-add SYS_ADMIN --cap-add NET_ADMIN \
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
     --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
@@ -354,10 +363,20 @@ cmd_status() {
   fi
 }
 
+# One more node container of the lab's recipe (tests): lab.sh node NAME SUITE.
+# The lab must be up; 'lab.sh down' removes it with the others.
+cmd_node() {
+  [ $# -eq 2 ] || { echo "usage: $0 node NAME bookworm|trixie" >&2; exit 2; }
+  docker image inspect "$(image_tag "$2")" >/dev/null 2>&1 || die "no image $(image_tag "$2"): run lab/lab.sh up first"
+  docker network inspect "$NETWORK" >/dev/null 2>&1 || die "no network $NETWORK: run lab/lab.sh up first"
+  start_node_container "$1" "$2"
+}
+
 case "${1:-}" in
   up) cmd_up ;;
+  node) shift; cmd_node "$@" ;;
   images) cmd_images ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|images|node NAME SUITE" >&2; exit 2 ;;
 esac
