@@ -405,11 +405,9 @@ class Nodegroup:
     def describe(self) -> dict | None:
         try:
             return self.eks.describe_nodegroup(**self.key)["nodegroup"]
-        except ClientError as e:
+        except (ClientError, BotoCoreError) as e:
             if error_code(e) == "ResourceNotFoundException":
                 return None
-            self.fail(describe_error(f"{self.ident}: DescribeNodegroup", e))
-        except BotoCoreError as e:
             self.fail(describe_error(f"{self.ident}: DescribeNodegroup", e))
 
     def left(self) -> float:

@@ -148,14 +148,14 @@ def test_asg_plan_deletes_only_its_own_stale_tags():
     assert put == {P + "resources/nvidia.com/gpu": "1",
                    eks.MARKER_KEY: "label/role,resources/nvidia.com/gpu"}
     assert after[P + "label/someone-elses"] == "y" and after["other"] == "z"
-    put2, delete2, _ = eks.asg_tag_plan(after, want)
+    put2, delete2, _after2 = eks.asg_tag_plan(after, want)
     assert (put2, delete2) == ({}, [])
 
 
 def test_asg_plan_drops_extra_marker_chunks():
     many = [f"{P}label/example.com/label-number-{i:03d}" for i in range(40)]
     live = {**{k: "v" for k in many}, **eks.write_marker(many)}
-    put, delete, after = eks.asg_tag_plan(live, {P + "label/x": "1"})
+    _put, delete, after = eks.asg_tag_plan(live, {P + "label/x": "1"})
     assert f"{eks.MARKER_KEY}-2" in delete and set(many) <= set(delete)
     assert after == {P + "label/x": "1", eks.MARKER_KEY: "label/x"}
 
