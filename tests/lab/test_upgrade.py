@@ -24,7 +24,7 @@ from conftest import LAB_NAME, LAB_STATE, ROOT, run
 
 HOSTS = {f"{LAB_NAME}-upgrade-1": ("bookworm", f"{LAB_NAME}-gpu-1"),
          f"{LAB_NAME}-upgrade-2": ("trixie", f"{LAB_NAME}-gpu-2")}
-NODES = [node for _, node in HOSTS.values()]
+NODES = [node for _suite, node in HOSTS.values()]
 H1, H2 = HOSTS
 N1, N2 = NODES
 NS, APP = "default", "k8sgpu-upgrade-test"
@@ -69,7 +69,7 @@ def delete_workload(apis) -> None:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-    for _ in range(60):
+    for _attempt in range(60):
         if not core.list_namespaced_pod(NS, label_selector=f"app={APP}").items:
             return
         time.sleep(1)
@@ -78,7 +78,7 @@ def delete_workload(apis) -> None:
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory, apis):
     """The two containers with containerd, the toolkit installed and configured (host.yml) as the baseline."""
-    for host, (suite, _) in HOSTS.items():
+    for host, (suite, _node) in HOSTS.items():
         cp = subprocess.run([str(ROOT / "lab/lab.sh"), "node", host, suite], capture_output=True, text=True,
                             check=False)
         assert cp.returncode == 0, cp.stderr
@@ -90,7 +90,7 @@ def inventory(tmp_path_factory, apis):
     assert [p.wait(timeout=600) for p in installs] == [0, 0]
     inv_dir = tmp_path_factory.mktemp("upgrade-inventory")
     (inv_dir / "group_vars").symlink_to(ROOT / "inventories/lab/group_vars")
-    hosts = {host: {"k8sgpu_node_name": node} for host, (_, node) in HOSTS.items()}
+    hosts = {host: {"k8sgpu_node_name": node} for host, (_suite, node) in HOSTS.items()}
     (inv_dir / "hosts.yml").write_text(json.dumps({"all": {"children": {
         "gpu_nodes": {"hosts": hosts, "vars": {"ansible_connection": "community.docker.docker",
                                                "ansible_python_interpreter": "/usr/bin/python3"}},
@@ -170,7 +170,7 @@ def deploy(apis, max_unavailable: int) -> None:
     policy.create_namespaced_pod_disruption_budget(NS, {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": APP},
         "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": labels}}})
-    for _ in range(60):
+    for _attempt in range(60):
         pods = running_pods(core)
         pdb = policy.read_namespaced_pod_disruption_budget(APP, NS)
         if len(pods) == 2 and pdb.status.current_healthy == 2:
@@ -186,8 +186,10 @@ def running_pods(core) -> dict[str, str]:
 
 def test_lab_node_reboot_is_a_container_restart(inventory):
     """The inventory's driver_reboot_boot_time_command and driver_reboot_command reboot a node container."""
-    count = lambda: subprocess.run(["docker", "inspect", "-f", "{{.RestartCount}}", H1], capture_output=True,  # noqa: E731
-                                   text=True, check=True).stdout.strip()
+    def count() -> str:
+        return subprocess.run(["docker", "inspect", "-f", "{{.RestartCount}}", H1], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
     before = count()
     res = run(["ansible", "-i", str(inventory / "hosts.yml"), H1, "-m", "ansible.builtin.reboot", "-a",
                "boot_time_command={{ driver_reboot_boot_time_command }} reboot_command={{ driver_reboot_command }} "
