@@ -7,6 +7,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import expression_matches
+
 _MIRROR = "kubernetes.io/config.mirror"
 
 
@@ -19,17 +21,7 @@ def _selects(selector: dict, labels: dict) -> bool:
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
             return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        ok = {
-            "In": key in labels and labels[key] in values,
-            "NotIn": key not in labels or labels[key] not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }.get(op, False)
-        if not ok:
-            return False
-    return True
+    return all(expression_matches(expr, labels) for expr in selector.get("matchExpressions") or [])
 
 
 def _why(pod: dict, pdbs: list[dict], delete_emptydir_data: bool, force: bool) -> str:

@@ -6,7 +6,7 @@ Pure functions over the API's JSON (dicts), so they are unit-tested without a cl
 """
 from __future__ import annotations
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import taint_str
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import expression_matches, taint_str
 
 
 def _quantity(value) -> int:
@@ -53,14 +53,8 @@ def _affinity_mismatch(pod_spec: dict, node: dict) -> str:
     failures = []
     for term in terms:
         for expr in term.get("matchExpressions") or []:
-            key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-            ok = {
-                "In": key in labels and labels[key] in values,
-                "NotIn": key not in labels or labels[key] not in values,
-                "Exists": key in labels,
-                "DoesNotExist": key not in labels,
-            }.get(op, True)
-            if not ok:
+            if not expression_matches(expr, labels, unknown=True):
+                key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
                 failures.append(f"the node does not match {key} {op} {','.join(values)} (DaemonSet node affinity)")
                 break
         else:

@@ -38,6 +38,23 @@ class NodeSpecError(ValueError):
     """Bad labels or taints in the module's arguments."""
 
 
+def expression_matches(expr: dict, labels: dict, unknown: bool = False) -> bool:
+    """Whether labels satisfy one matchExpressions entry (In, NotIn, Exists, DoesNotExist).
+
+    Other operators (a node selector's Gt and Lt) give ``unknown``.
+    """
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return unknown
+
+
 def validate_label_key(key: str) -> None:
     """Raise NodeSpecError unless key is a valid label (or taint) key: [prefix/]name."""
     prefix, name = key.rsplit("/", 1) if "/" in key else ("", key)

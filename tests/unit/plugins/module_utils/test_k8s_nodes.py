@@ -6,6 +6,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import (
     NodeBatch,
     NodeSpecError,
     TaintSpec,
+    expression_matches,
     label_value,
     plan_node,
     validate_label_key,
@@ -195,3 +196,27 @@ def test_batch_retries_throttled_requests(monkeypatch):
     api = Api([node("a")])
     plans, errors = NodeBatch(api).apply([api.nodes["a"]], lambda n: plan_node(n, {"x": "y"}, []))
     assert errors == {} and api.calls == 2 and [p[0] for p in api.patches] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ({"key": "gpu", "operator": "In", "values": ["true"]}, True),
+        ({"key": "gpu", "operator": "In", "values": ["false"]}, False),
+        ({"key": "zone", "operator": "In", "values": ["a"]}, False),
+        ({"key": "gpu", "operator": "NotIn", "values": ["false"]}, True),
+        ({"key": "zone", "operator": "NotIn", "values": ["a"]}, True),
+        ({"key": "gpu", "operator": "Exists"}, True),
+        ({"key": "zone", "operator": "Exists"}, False),
+        ({"key": "zone", "operator": "DoesNotExist"}, True),
+        ({"key": "gpu", "operator": "DoesNotExist"}, False),
+    ],
+)
+def test_expression_matches(expr, expected):
+    assert expression_matches(expr, {"gpu": "true"}) is expected
+
+
+def test_expression_matches_unknown_operator_gives_the_caller_s_answer():
+    expr = {"key": "cpus", "operator": "Gt", "values": ["4"]}
+    assert expression_matches(expr, {"cpus": "8"}) is False
+    assert expression_matches(expr, {"cpus": "8"}, unknown=True) is True
