@@ -41,15 +41,15 @@ def read_file(path: str) -> bytes | None:
         raise ConfigFileError(f"Could not read {path}: {exc.strerror}.") from None
 
 
-def make_parents(directory: str) -> None:
-    """Create directory and its missing parents, each with mode 0755 whatever the umask."""
+def make_parents(directory: str, mode: int = NEW_DIR_MODE) -> None:
+    """Create directory and its missing parents, each with the given mode (0755 by default) whatever the umask."""
     missing = []
     while directory and not os.path.isdir(directory):
         missing.append(directory)
         directory = os.path.dirname(directory)
     for created in reversed(missing):
-        os.mkdir(created)
-        os.chmod(created, NEW_DIR_MODE)
+        os.mkdir(created, mode)
+        os.chmod(created, mode)
 
 
 def backup_target(path: str, backup_dir: str) -> str:
@@ -71,16 +71,6 @@ def check_backup_dir(path: str, backup_dir: str) -> None:
         )
 
 
-def _make_dirs(directory: str, mode: int) -> None:
-    missing = []
-    while directory and not os.path.isdir(directory):
-        missing.append(directory)
-        directory = os.path.dirname(directory)
-    for created in reversed(missing):
-        os.mkdir(created, mode)
-        os.chmod(created, mode)
-
-
 def make_backup(path: str, backup_dir: str) -> str:
     """Copy path to backup_dir/<path>.<local time to the microsecond>, keeping mode, times, owner and group.
 
@@ -88,7 +78,7 @@ def make_backup(path: str, backup_dir: str) -> str:
     """
     check_backup_dir(path, backup_dir)
     base = backup_target(path, backup_dir) + "." + datetime.datetime.now().strftime("%Y-%m-%dT%H:%M:%S.%f")
-    _make_dirs(os.path.dirname(base), BACKUP_DIR_MODE)
+    make_parents(os.path.dirname(base), BACKUP_DIR_MODE)
     target = base if not os.path.lexists(base) else f"{base}.{os.getpid()}"
     shutil.copy2(path, target)
     st = os.stat(path)
@@ -124,7 +114,7 @@ def move_legacy_backups(path: str, backup_dir: str, check_mode: bool = False) ->
         if check_mode:
             continue
         try:
-            _make_dirs(os.path.dirname(dest), BACKUP_DIR_MODE)
+            make_parents(os.path.dirname(dest), BACKUP_DIR_MODE)
             shutil.move(found, dest)
         except OSError as exc:
             raise ConfigFileError(f"Could not move the old backup {found} to {dest}: {exc.strerror or exc}.") from None
