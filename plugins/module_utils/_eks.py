@@ -107,11 +107,10 @@ def desired_labels(labels: Mapping | None, accelerator: str | None) -> dict[str,
 
 def label_update(live: Mapping, want: Mapping) -> dict:
     """UpdateNodegroupConfig's labels: only the keys to add or change, and the keys to remove."""
-    add = {k: v for k, v in want.items() if live.get(k) != v}
-    remove = sorted(k for k in live if k not in want)
+    add, remove = tag_update(live, want, purge=True)
     upd = {}
     if add:
-        upd["addOrUpdateLabels"] = dict(sorted(add.items()))
+        upd["addOrUpdateLabels"] = add
     if remove:
         upd["removeLabels"] = remove
     return upd
