@@ -127,6 +127,64 @@ build_crio_config() {
   log "crio-config $version: built into $out"
 }
 
+# Prometheus and promtool (one module; without the builtinassets tag the web UI
+# is absent, the HTTP API is whole).
+build_prometheus() {
+  local out; out="$(prometheus_bin_dir)"
+  if [ -x "$out/prometheus" ] && [ -x "$out/promtool" ]; then log "prometheus $PROMETHEUS_VERSION: cached in $out"; return; fi
+  log "prometheus $PROMETHEUS_VERSION: building prometheus and promtool from the Go module proxy"
+  mkdir -p "$out.tmp"
+  run_build "prometheus $PROMETHEUS_VERSION" "$K8SGPU_CACHE/src/prometheus-$PROMETHEUS_VERSION.log" \
+    env GOBIN="$out.tmp" GOFLAGS= go install -trimpath -ldflags '-s -w' \
+      "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" \
+      "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  log "prometheus $PROMETHEUS_VERSION: built into $out"
+}
+
+# prometheus-adapter: `go install ...@v0.12.0` looks up the module's version
+# list, which the proxy refuses; a wrapper module that requires the exact
+# version builds it.
+build_adapter() {
+  local out; out="$(adapter_bin_dir)"
+  if [ -x "$out/adapter" ]; then log "prometheus-adapter $PROMETHEUS_ADAPTER_VERSION: cached in $out"; return; fi
+  local src="$K8SGPU_CACHE/src/prometheus-adapter-$PROMETHEUS_ADAPTER_VERSION"
+  log "prometheus-adapter $PROMETHEUS_ADAPTER_VERSION: building from the Go module proxy"
+  rm -rf "$src"; mkdir -p "$src" "$out.tmp"
+  cat >"$src/go.mod" <<GO
+module k8sgpu.local/lab/prometheus-adapter
+
+go 1.24
+
+require sigs.k8s.io/prometheus-adapter $PROMETHEUS_ADAPTER_VERSION
+GO
+  cat >"$src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "sigs.k8s.io/prometheus-adapter/cmd/adapter"
+GO
+  run_build "prometheus-adapter (go mod tidy)" "$src/tidy.log" bash -c "cd '$src' && go mod tidy"
+  run_build "prometheus-adapter (go build)" "$src/build.log" \
+    bash -c "cd '$src' && go build -trimpath -ldflags '-s -w' -o '$out.tmp/adapter' sigs.k8s.io/prometheus-adapter/cmd/adapter"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  log "prometheus-adapter $PROMETHEUS_ADAPTER_VERSION: built into $out"
+}
+
+# Karpenter's core with its kwok cloud provider (made for tests: instance
+# types from a file, nodes created as kwok nodes).
+build_karpenter() {
+  local out; out="$(karpenter_bin_dir)"
+  if [ -x "$out/kwok" ]; then log "karpenter $KARPENTER_VERSION (kwok provider): cached in $out"; return; fi
+  log "karpenter $KARPENTER_VERSION: building its kwok provider from the Go module proxy"
+  mkdir -p "$out.tmp"
+  run_build "karpenter $KARPENTER_VERSION" "$K8SGPU_CACHE/src/karpenter-$KARPENTER_VERSION.log" \
+    env GOBIN="$out.tmp" GOFLAGS= go install -trimpath -ldflags '-s -w' "sigs.k8s.io/karpenter/kwok@$KARPENTER_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  log "karpenter $KARPENTER_VERSION (kwok provider): built into $out"
+}
+
 main() {
   case "${1:-all}" in
     kubernetes) build_kubernetes ;;
@@ -134,8 +192,12 @@ main() {
     kwok) build_kwok ;;
     toolkit) "$(dirname "$0")/build-toolkit-repo.sh" >/dev/null ;;
     crio-config) build_crio_config ;;
-    all) build_kwok; build_etcd; build_kubernetes; "$(dirname "$0")/build-toolkit-repo.sh" >/dev/null; build_crio_config ;;
-    *) die "usage: $0 [all|kubernetes|etcd|kwok|toolkit|crio-config]" ;;
+    prometheus) build_prometheus ;;
+    adapter) build_adapter ;;
+    karpenter) build_karpenter ;;
+    all) build_kwok; build_etcd; build_kubernetes; "$(dirname "$0")/build-toolkit-repo.sh" >/dev/null; build_crio_config
+         build_prometheus; build_adapter; build_karpenter ;;
+    *) die "usage: $0 [all|kubernetes|etcd|kwok|toolkit|crio-config|prometheus|adapter|karpenter]" ;;
   esac
 }
 main "$@"

@@ -227,8 +227,19 @@ cluster_up() {
   KUBECONFIG="$KUBECONFIG_OUT" "$(k8s_bin_dir)/kubectl" get --raw /readyz >/dev/null 2>&1
 }
 
+# kube-apiserver publishes its request-header settings for aggregated API
+# servers in this ConfigMap; a lab started before they were set lacks them.
+aggregation_configured() {
+  KUBECONFIG="$KUBECONFIG_OUT" "$(k8s_bin_dir)/kubectl" -n kube-system get configmap extension-apiserver-authentication \
+    -o jsonpath='{.data.requestheader-allowed-names}' 2>/dev/null | grep -q kwok-admin
+}
+
 start_cluster() {
-  if [ -f "$KUBECONFIG_OUT" ] && cluster_up; then log "cluster: API server ready"; return; fi
+  if [ -f "$KUBECONFIG_OUT" ] && cluster_up; then
+    if aggregation_configured; then log "cluster: API server ready"; return; fi
+    log "cluster: the running API server lacks the aggregation layer's request-header flags; recreating it"
+    kwokctl delete cluster --name "$KWOK_CLUSTER" >/dev/null 2>&1 || true
+  fi
   local owner
   owner=$(port_owner "$APISERVER_PORT")
   [ -z "$owner" ] || die "port $APISERVER_PORT (kube-apiserver) is taken by $owner; stop it or set K8SGPU_LAB_APISERVER_PORT to a free port"
@@ -236,7 +247,19 @@ start_cluster() {
   mkdir -p "$KWOK_WORKDIR"
   log "cluster: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok ($K8S_VERSION)"
   STARTED+=(cluster)
+  # The aggregation layer's request-header flags (kwokctl sets only the proxy
+  # client certificate): an aggregated API server such as prometheus-adapter
+  # then checks that calls come from this kube-apiserver, as in a real cluster.
+  local pki="$KWOK_WORKDIR/clusters/$KWOK_CLUSTER/pki" aggregation=()
+  aggregation=(
+    --extra-args "kube-apiserver=requestheader-client-ca-file=$pki/ca.crt"
+    --extra-args "kube-apiserver=requestheader-allowed-names=kwok-admin"
+    --extra-args "kube-apiserver=requestheader-username-headers=X-Remote-User"
+    --extra-args "kube-apiserver=requestheader-group-headers=X-Remote-Group"
+    --extra-args "kube-apiserver=requestheader-extra-headers-prefix=X-Remote-Extra-"
+  )
   if ! kwokctl create cluster --name "$KWOK_CLUSTER" --runtime binary \
+      "${aggregation[@]}" \
       --kube-apiserver-port "$APISERVER_PORT" \
       --kube-apiserver-binary "$(k8s_bin_dir)/kube-apiserver" \
       --kube-controller-manager-binary "$(k8s_bin_dir)/kube-controller-manager" \
@@ -331,8 +354,20 @@ cmd_images() {
   trap - EXIT
 }
 
+# Processes that tests start beside the control plane (Prometheus,
+# prometheus-adapter, the stand-in DCGM exporter, Karpenter) leave a pid file
+# here; a test run that was killed leaves them running until `down`.
+stop_test_processes() {
+  local pidf
+  for pidf in "$LAB_STATE"/procs/*.pid; do
+    [ -e "$pidf" ] || continue
+    stop_pidfile "$pidf" "$(basename "$pidf" .pid)"
+  done
+}
+
 cmd_down() {
   log "taking the lab down"
+  stop_test_processes
   stop_cluster
   if docker info >/dev/null 2>&1; then
     stop_containers

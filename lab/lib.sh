@@ -14,6 +14,11 @@ LAB_STATE="${K8SGPU_LAB_STATE:-$LAB_ROOT/.lab}"
 K8S_VERSION="${K8S_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+# Monitoring and autoscaling parts (issue 11) and Karpenter's kwok provider
+# (issue 14). Prometheus's Go module v0.316.0 is Prometheus 3.16.0.
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
+PROMETHEUS_ADAPTER_VERSION="${PROMETHEUS_ADAPTER_VERSION:-v0.12.0}"
+KARPENTER_VERSION="${KARPENTER_VERSION:-v1.14.1}"
 # NVIDIA container toolkit built into the lab's local apt repository.
 NVIDIA_CTK_VERSION="${NVIDIA_CTK_VERSION:-v1.20.1}"
 # Bump when lab/build-toolkit-repo.sh packages differently.
@@ -53,6 +58,9 @@ k8s_bin_dir() { echo "$K8SGPU_CACHE/bin/kubernetes-$K8S_VERSION"; }
 etcd_bin_dir() { echo "$K8SGPU_CACHE/bin/etcd-$ETCD_VERSION"; }
 toolkit_repo_dir() { echo "$K8SGPU_CACHE/mirror/toolkit-$NVIDIA_CTK_VERSION-$TOOLKIT_RECIPE"; }
 kwok_bin_dir() { echo "$K8SGPU_CACHE/bin/kwok-$KWOK_VERSION"; }
+prometheus_bin_dir() { echo "$K8SGPU_CACHE/bin/prometheus-$PROMETHEUS_VERSION"; }
+adapter_bin_dir() { echo "$K8SGPU_CACHE/bin/prometheus-adapter-$PROMETHEUS_ADAPTER_VERSION"; }
+karpenter_bin_dir() { echo "$K8SGPU_CACHE/bin/karpenter-kwok-$KARPENTER_VERSION"; }
 
 export GOMODCACHE="${GOMODCACHE_LAB:-$K8SGPU_CACHE/go/mod}"
 export GOCACHE="${GOCACHE_LAB:-$K8SGPU_CACHE/go/build}"
