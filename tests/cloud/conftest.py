@@ -106,3 +106,73 @@ class Runner:
 @pytest.fixture(scope="session")
 def run(endpoint):
     return Runner(endpoint)
+
+
+# ---- GKE: the contract server (tests/cloud/gke_contract_server.py) ----
+GKE_PROJECT = "k8sgpu-test"
+GKE_REGION = "us-central1"
+GKE_TOKEN = "contract-token"
+
+
+@pytest.fixture(scope="session")
+def gke_server():
+    """The GKE contract server on 127.0.0.1 (state: pools, operations, instance groups, request log)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import gke_contract_server  # pylint: disable=import-outside-toplevel
+
+    httpd, state = gke_contract_server.serve()
+    yield state
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def gke_cluster(gke_server):
+    """A fresh regional cluster (zones us-central1-a and -b) in the contract server, for one test."""
+    name = f"train-{uuid.uuid4().hex[:8]}"
+    gke_server.add_cluster(GKE_PROJECT, GKE_REGION, name)
+    return name
+
+
+class GkeRunner:
+    """Runs gke_node_pool through ansible's ad-hoc command against the contract server; returns its result."""
+
+    def __init__(self, state, tmp: Path):
+        self.state = state
+        gcloud = tmp / "gcloud"
+        gcloud.mkdir(exist_ok=True)
+        self.env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "json",
+                    "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_LOCALHOST_WARNING": "0",
+                    "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0", "ANSIBLE_NOCOLOR": "1",
+                    # application default credentials find nothing here: no gcloud config, no metadata server
+                    "CLOUDSDK_CONFIG": str(gcloud), "NO_GCE_CHECK": "true", "GCE_METADATA_HOST": "127.0.0.1:9",
+                    "GCE_METADATA_IP": "127.0.0.1:9"}
+        for k in ("GOOGLE_APPLICATION_CREDENTIALS", "GCP_AUTH_KIND", "GCP_SERVICE_ACCOUNT_FILE", "GCP_ACCESS_TOKEN",
+                  "GKE_API_ENDPOINT", "GOOGLE_CLOUD_PROJECT"):
+            self.env.pop(k, None)
+
+    def __call__(self, args: dict, *, check: bool = False, diff: bool = False, connection: bool = True,
+                 module: str = "k8sgpu.nvidia.gke_node_pool", python: str = sys.executable) -> dict:
+        if connection:
+            args = {"api_endpoint": self.state.base, "access_token": GKE_TOKEN, "project": GKE_PROJECT,
+                    "location": GKE_REGION, **args}
+        cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", module,
+               "-a", json.dumps(args), "-e", f"ansible_python_interpreter={python}"]
+        if check:
+            cmd.append("--check")
+        if diff:
+            cmd.append("--diff")
+        proc = subprocess.run(cmd, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300, check=False)
+        try:
+            out = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+        result["_rc"] = proc.returncode
+        result["_stdout"] = proc.stdout + proc.stderr
+        return result
+
+
+@pytest.fixture(scope="session")
+def gke_run(gke_server, tmp_path_factory):
+    return GkeRunner(gke_server, tmp_path_factory.mktemp("gke"))
