@@ -227,15 +227,24 @@ def update_requests(live: Mapping, want: Mapping) -> list[dict]:
     return [{**base, **g} for g in groups]
 
 
-def autoscaling_request(live: Mapping, want: Mapping) -> dict | None:
-    """SetNodePoolAutoscalingRequest's autoscaling when the task's differs from the live one, else None."""
+def autoscaling_request(live: Mapping, want: Mapping, given: Iterable[str] = ()) -> dict | None:
+    """SetNodePoolAutoscalingRequest's autoscaling when the task's differs from the live one, else None.
+
+    Compared - enabled, the sub-options the task gives (``given``), and the other kind of limits (per-zone or
+    whole-pool), which must be unset. A field GKE fills itself (location_policy's default) is not compared
+    unless given.
+    """
     if "autoscaling" not in want.get("_set", ()):
         return None
     la, wa = live.get("autoscaling") or {}, want.get("autoscaling") or {}
     if not wa.get("enabled"):
         return {"enabled": False} if la.get("enabled") else None
-    keys = [k for k in AUTOSCALING_KEYS if k in wa or k in la]
-    if {k: la.get(k) for k in keys} == {k: wa.get(k) for k in keys}:
+    keys = {"enabled", *given}
+    if keys & {"min_node_count", "max_node_count"}:
+        keys |= {"total_min_node_count", "total_max_node_count"}
+    if keys & {"total_min_node_count", "total_max_node_count"}:
+        keys |= {"min_node_count", "max_node_count"}
+    if all(la.get(k) == wa.get(k) for k in keys):
         return None
     return dict(wa)
 

@@ -493,7 +493,8 @@ class NodePool:
             self.write("update_node_pool", f"update_node_pool ({', '.join(fields)})", name=self.path, **req)
             if i == 0:
                 live = {**live, "config": {**live.get("config", {}), "image_type": req["image_type"]}}
-        auto = gke.autoscaling_request(live, want)
+        given = [k for k, v in (self.p["autoscaling"] or {}).items() if v is not None]
+        auto = gke.autoscaling_request(live, want, given)
         if auto is not None:
             self.write("set_node_pool_autoscaling", "set_node_pool_autoscaling", name=self.path, autoscaling=auto)
         if self.p["node_count"] is not None:

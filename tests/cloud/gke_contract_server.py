@@ -11,7 +11,7 @@ What it models of GKE (documented behaviours): pools live in memory per cluster;
 long-running Operation that is PENDING until an operations.get, which completes it (DONE) and only then applies
 the change; one operation at a time per cluster (a second write meanwhile is a 400 FAILED_PRECONDITION); the
 taint nvidia.com/gpu=present:NoSchedule added to every pool with GPUs (also after a taint update, which replaces
-the others); per-zone (min/max_node_count) and whole-pool (total_*) autoscaling limits mutually exclusive;
+the others); the autoscaler's default location policy (ANY for Spot VMs, else BALANCED); per-zone (min/max_node_count) and whole-pool (total_*) autoscaling limits mutually exclusive;
 UpdateNodePoolRequest's required node_version and image_type; node locations within the cluster's region;
 a bearer token on every request (401 without): one the server issued (its /token endpoint
 answers JWT-bearer grants of registered service-account keys) or a JWT self-signed by such a key. An UpdateNodePoolRequest field the server does not model is
@@ -113,6 +113,13 @@ def check_autoscaling(a: types.NodePoolAutoscaling) -> None:
         raise bad("Autoscaling: the minimum node count must not exceed the maximum node count.")
     if not a.max_node_count and not a.total_max_node_count:
         raise bad("Autoscaling: max_node_count or total_max_node_count must be set when autoscaling is enabled.")
+
+
+def default_location_policy(a: types.NodePoolAutoscaling, spot: bool) -> None:
+    """GKE's documented default: ANY for Spot VMs, BALANCED otherwise, when autoscaling is on."""
+    if a.enabled and not a.location_policy:
+        a.location_policy = (types.NodePoolAutoscaling.LocationPolicy.ANY if spot
+                             else types.NodePoolAutoscaling.LocationPolicy.BALANCED)
 
 
 def has_gpu(pool: types.NodePool) -> bool:
@@ -309,6 +316,7 @@ class Handler(BaseHTTPRequestHandler):
         if not cfg.oauth_scopes:
             cfg.oauth_scopes.extend(DEFAULT_SCOPES)
         add_gpu_taint(pool)
+        default_location_policy(pool.autoscaling, cfg.spot)
         if not pool.locations:
             pool.locations.extend(cl["zones"])
         pool.version = cl["version"]
@@ -381,6 +389,7 @@ class Handler(BaseHTTPRequestHandler):
         def finish(failed):
             if not failed:
                 pool.autoscaling = req.autoscaling
+                default_location_policy(pool.autoscaling, pool.config.spot)
         return self.operation(p, l, c, types.Operation.Type.SET_NODE_POOL_MANAGEMENT,
                               f"projects/{p}/locations/{l}/clusters/{c}/nodePools/{n}", finish)
 

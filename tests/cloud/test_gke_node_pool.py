@@ -132,6 +132,17 @@ def test_machine_and_locations_in_place(gke_run, gke_server, gke_cluster, gpu_po
     assert not ok(gke_run({"cluster": gke_cluster, **changed}))["changed"]
 
 
+def test_fields_gke_fills_are_no_difference(gke_run, gke_server, gke_cluster):
+    """GKE fills the location policy (BALANCED off spot) and the GPU taint; neither makes a second run change."""
+    pool = {"name": "gpu-t4", "accelerator": {"type": "nvidia-tesla-t4"}, "autoscaling": {"max_node_count": 2}}
+    ok(gke_run({"cluster": gke_cluster, **pool}))
+    assert pool_dict(gke_server, gke_cluster)["autoscaling"]["locationPolicy"] == "BALANCED"
+    mark = len(gke_server.log)
+    r = ok(gke_run({"cluster": gke_cluster, **pool, "taints": []}))
+    assert not r["changed"] and writes_since(gke_server, mark) == []
+    assert r["driver_installed_by_gke"] is False  # no gpu_driver_version: GKE's default may install nothing
+
+
 def test_check_mode_sends_no_write(gke_run, gke_server, gke_cluster, gpu_pool):
     mark = len(gke_server.log)
     r = ok(gke_run({"cluster": gke_cluster, **gpu_pool}, check=True, diff=True))
