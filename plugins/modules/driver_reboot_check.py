@@ -1,0 +1,199 @@
+#!/usr/bin/python
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: driver_reboot_check
+short_description: Whether a host has booted since its NVIDIA kernel module was installed
+version_added: 0.1.0
+description:
+  - Tells a host that must boot to load a newly installed NVIDIA kernel module from one that booted since the
+    module was installed and still has no loaded driver, so that a role reboots a host once after an install and
+    never again for a module that cannot load there (a container, a kernel the module was not built for, a module
+    that Secure Boot refuses).
+  - The boot time (RV(boot_time)) is when PID 1 started - C(btime) of C(<proc_root>/stat) (the kernel's boot, seconds
+    since the epoch) plus the start time of C(<proc_root>/1/stat) (its 22nd field, clock ticks after the boot, divided
+    by C(SC_CLK_TCK)). On a host that is the boot itself; in a container it is the container's start, its "boot",
+    which the kernel's C(btime) and C(boot_id) (the host's) cannot tell.
+  - The install time (RV(module_time)) is the newest change time (C(ctime)) of a kernel module file named
+    C(nvidia*.ko) (or C(.ko.xz), C(.ko.zst), C(.ko.gz)) under C(<modules_root>/<kernel>/), for every kernel - where
+    DKMS installs what it built (C(updates/dkms/)) and where a distribution's prebuilt modules go. The change time,
+    not the modification time: dpkg gives unpacked files the package's modification time, while the change time
+    is when the file was written on this host.
+  - Written because no builtin module gives a container's boot time (the C(uptime) facts read C(/proc/uptime), the
+    host's) and M(ansible.builtin.find) would return every file's times for the comparison to be written in Jinja.
+author:
+  - k8sgpu.nvidia maintainers (@k8sgpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  platform:
+    platforms: linux
+  check_mode:
+    support: full
+    details: The module only reads; it runs the same in check mode.
+  diff_mode:
+    support: none
+    details: The module changes nothing.
+options:
+  modules_root:
+    description: Where the kernel modules are, one directory per kernel release.
+    type: path
+    default: /lib/modules
+  proc_root:
+    description: Where procfs is mounted (C(stat), C(1/stat), C(sys/kernel/osrelease)).
+    type: path
+    default: /proc
+notes:
+  - A clock set backwards after the install makes an install look older than the boot.
+seealso:
+  - module: ansible.builtin.reboot
+  - module: k8sgpu.nvidia.gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Read whether the host booted since the NVIDIA kernel module was installed
+  k8sgpu.nvidia.driver_reboot_check:
+  register: boot
+
+- name: Reboot into the new driver, once
+  ansible.builtin.reboot:
+  when: not ansible_facts['nvidia_driver_loaded'] and boot.installed_since_boot
+"""
+
+RETURN = r"""
+boot_time:
+  description: When PID 1 started (the host's boot, or a container's start), in seconds since the epoch.
+  returned: always
+  type: float
+  sample: 1795977601.52
+module_time:
+  description: The newest change time of an NVIDIA kernel module file, in seconds since the epoch; null when none is installed.
+  returned: always
+  type: float
+  sample: 1795978802.07
+module_file:
+  description: That file; null when none is installed.
+  returned: always
+  type: str
+  sample: /lib/modules/6.1.0-50-amd64/updates/dkms/nvidia-current.ko
+module_kernels:
+  description: The kernel releases that have an NVIDIA kernel module, sorted.
+  returned: always
+  type: list
+  elements: str
+  sample: [6.1.0-50-amd64]
+running_kernel:
+  description: The running kernel's release (C(<proc_root>/sys/kernel/osrelease)).
+  returned: always
+  type: str
+  sample: 6.18.5
+installed_since_boot:
+  description: An NVIDIA kernel module was installed or rebuilt after the boot (RV(module_time) > RV(boot_time)).
+  returned: always
+  type: bool
+  sample: true
+detail:
+  description:
+    - What the times say, for a role's report. When the host booted since the install, why a driver that is not
+      loaded will not load by booting again - the running kernel has no NVIDIA module (built for others), or it
+      has one that did not load.
+  returned: always
+  type: str
+  sample: >-
+    booted since the kernel module was installed (/lib/modules/6.1.0-50-amd64/updates/dkms/nvidia-current.ko):
+    the running kernel 6.18.5 has no NVIDIA module (built for 6.1.0-50-amd64)
+"""
+
+import os
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+
+_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+
+
+def read_boot_time_from(btime: int, pid1_stat: str, clock_ticks: int, name: str = "1/stat") -> float:
+    """The kernel's btime plus PID 1's start time (field 22 of its stat, clock ticks after the boot)."""
+    # The command name (field 2) is in parentheses and may hold spaces and parentheses: fields after its last ')'.
+    fields = pid1_stat[pid1_stat.rindex(")") + 2:].split()
+    if len(fields) < 20:
+        raise ValueError(f"{name} has {len(fields) + 2} fields, not the 22 or more of Linux's proc(5)")
+    return btime + int(fields[19]) / clock_ticks
+
+
+def read_boot_time(proc_root: Path, clock_ticks: int) -> float:
+    """When PID 1 started, from <proc_root>/stat and <proc_root>/1/stat; ValueError names the file it cannot read."""
+    stat = proc_root / "stat"
+    btime = next((line.split()[1] for line in stat.read_text().splitlines() if line.startswith("btime ")), None)
+    if btime is None:
+        raise ValueError(f"{stat} has no btime line")
+    pid1 = proc_root / "1" / "stat"
+    return read_boot_time_from(int(btime), pid1.read_text(), clock_ticks, str(pid1))
+
+
+def newest_module(modules_root: Path) -> tuple[str | None, float | None, list[str]]:
+    """The newest nvidia*.ko* by ctime under <modules_root>/<kernel>/, its ctime, and the kernels that have one."""
+    newest: tuple[str | None, float | None] = (None, None)
+    kernels = set()
+    if not modules_root.is_dir():
+        return None, None, []
+    for kernel in sorted(p for p in modules_root.iterdir() if p.is_dir() and not p.is_symlink()):
+        # No symlinks followed: <kernel>/build and source point into the headers.
+        for top, _dirs, files in os.walk(kernel):
+            for name in files:
+                if not name.startswith("nvidia") or not name.endswith(_SUFFIXES):
+                    continue
+                path = os.path.join(top, name)
+                ctime = os.lstat(path).st_ctime
+                kernels.add(kernel.name)
+                if newest[1] is None or ctime > newest[1]:
+                    newest = (path, ctime)
+    return newest[0], newest[1], sorted(kernels)
+
+
+def describe(module_file: str | None, kernels: list[str], running: str, since_boot: bool) -> str:
+    """The report's text: a module to load by booting, none, or why booting again would not load it."""
+    if module_file is None:
+        return "no NVIDIA kernel module file under the modules root"
+    if since_boot:
+        return f"the kernel module {module_file} was installed after the boot: a reboot loads it"
+    if running not in kernels:
+        why = f"the running kernel {running} has no NVIDIA module (built for {', '.join(kernels)})"
+    else:
+        why = f"the running kernel {running} has one; if no driver is loaded, see dmesg (Secure Boot signature, nouveau)"
+    return f"booted since the kernel module was installed ({module_file}): {why}"
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "modules_root": {"type": "path", "default": "/lib/modules"},
+            "proc_root": {"type": "path", "default": "/proc"},
+        },
+        supports_check_mode=True,
+    )
+    proc_root = Path(module.params["proc_root"])
+    try:
+        boot_time = read_boot_time(proc_root, os.sysconf("SC_CLK_TCK"))
+        running = (proc_root / "sys/kernel/osrelease").read_text().strip()
+    except (OSError, ValueError, IndexError) as exc:
+        module.fail_json(msg=f"cannot read the boot time from {proc_root}: {exc}. Is procfs mounted there (proc_root)?")
+    module_file, module_time, kernels = newest_module(Path(module.params["modules_root"]))
+    since_boot = module_time is not None and module_time > boot_time
+    module.exit_json(
+        changed=False,
+        boot_time=round(boot_time, 2),
+        module_time=None if module_time is None else round(module_time, 2),
+        module_file=module_file,
+        module_kernels=kernels,
+        running_kernel=running,
+        installed_since_boot=since_boot,
+        detail=describe(module_file, kernels, running, since_boot),
+    )
+
+
+if __name__ == "__main__":
+    main()
