@@ -63,8 +63,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    res = run(["kubectl", "--kubeconfig", str(LAB_STATE / "kubeconfig"), *args])
+def kubectl(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
+    res = run(["kubectl", "--kubeconfig", str(LAB_STATE / "kubeconfig"), *args], input=stdin)
     if check and res.returncode:
         raise AssertionError(f"kubectl {' '.join(args)}: {res.stderr}")
     return res
@@ -205,3 +205,193 @@ def test_missing_crds_fail_with_the_fix(core):
     res = role({"karpenter_gpu_cluster_name": "train", "karpenter_gpu_node_role": "r"})
     assert res.returncode != 0
     assert "the cluster has no CRD ec2nodeclasses.karpenter.k8s.aws, nodepools.karpenter.sh" in res.stdout
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Karpenter's own controller with its kwok cloud provider
+# --------------------------------------------------------------------------------------------------------------
+class KarpenterKwok:
+    """Karpenter's kwok provider running beside the lab: its CRDs, a KWOKNodeClass, the process (pid file under
+    $K8SGPU_LAB_STATE/procs/), and on exit: NodePools and NodeClaims of ours deleted, the process stopped, the
+    CRDs removed. Karpenter has no bind-address option (its operator listens on ":<port>"): the metrics and
+    health ports are free ports chosen here."""
+
+    node_class = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "k8sgpu-test"}
+
+    def __init__(self, api: client.ApiClient, workdir: Path):
+        self.api = api
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+        self.pidfile = LAB_STATE / "procs" / "karpenter-kwok.pid"
+        self.log = workdir / "karpenter.log"
+
+    def __enter__(self) -> KarpenterKwok:
+        if not KWOK_CRDS.is_dir():
+            pytest.skip(f"{KWOK_CRDS} is absent: Karpenter's kwok CRDs come from ../shared (not committed)")
+        if not KARPENTER_BIN.exists():
+            pytest.skip(f"{KARPENTER_BIN} is absent: lab/build-binaries.sh builds Karpenter's kwok provider")
+        if get_obj(self.api, "apiextensions.k8s.io", "customresourcedefinitions", "ec2nodeclasses.karpenter.k8s.aws"):
+            pytest.fail("Karpenter's AWS CRDs are installed: one set at a time (both define nodepools.karpenter.sh)")
+        install_crds(KWOK_CRDS)
+        kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps({
+            "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+            "metadata": {"name": self.node_class["name"]}}))
+        types = self.workdir / "instance-types.json"
+        types.write_text(json.dumps(INSTANCE_TYPES))
+        env = {**os.environ, "KUBECONFIG": str(LAB_STATE / "kubeconfig"), "SYSTEM_NAMESPACE": "kube-system",
+               "INSTANCE_TYPES_FILE_PATH": str(types)}
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+                [str(KARPENTER_BIN), "--disable-leader-election", "--metrics-port", str(free_port()),
+                 "--health-probe-port", str(free_port()), "--log-level", "debug"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.pidfile.parent.mkdir(parents=True, exist_ok=True)
+        self.pidfile.write_text(f"{self.proc.pid}\n")
+        return self
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def could_not_schedule(self, pod_name: str) -> list[str]:
+        """The errors of Karpenter's provisioner for a pod it could not place on any NodePool (its JSON log)."""
+        found = []
+        for line in self.logs().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("message") == "could not schedule pod" and (entry.get("Pod") or {}).get("name") == pod_name:
+                found.append(entry.get("error", ""))
+        return found
+
+    def claims(self, pool: str) -> list:
+        return custom(self.api).list_cluster_custom_object(
+            "karpenter.sh", "v1", "nodeclaims", label_selector=f"karpenter.sh/nodepool={pool}")["items"]
+
+    def __exit__(self, *exc_info) -> None:
+        co = custom(self.api)
+        for pool in co.list_cluster_custom_object("karpenter.sh", "v1", "nodepools")["items"]:
+            co.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools", pool["metadata"]["name"])
+        # Karpenter terminates the NodeClaims of a deleted NodePool (and their Nodes) while it still runs.
+        end = time.monotonic() + 90
+        while co.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"] and time.monotonic() < end:
+            time.sleep(1)
+        if self.proc:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.pidfile.unlink(missing_ok=True)
+        # Whatever Karpenter left (finalizers it can no longer remove): nodes by its label, then claims and CRDs.
+        core = client.CoreV1Api(self.api)
+        for node in core.list_node(label_selector="karpenter.sh/nodepool").items:
+            core.patch_node(node.metadata.name, {"metadata": {"finalizers": None}})
+            core.delete_node(node.metadata.name)
+        for claim in co.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"]:
+            name = claim["metadata"]["name"]
+            co.patch_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", name, {"metadata": {"finalizers": None}})
+        kubectl("delete", "kwoknodeclass", self.node_class["name"], "--ignore-not-found", "--wait=false")
+        kubectl("patch", "kwoknodeclass", self.node_class["name"], "--type", "merge", "-p",
+                '{"metadata":{"finalizers":null}}', check=False)
+        remove_crds(KWOK_CRDS)
+
+
+@pytest.fixture(scope="class")
+def karpenter(core, tmp_path_factory):
+    with KarpenterKwok(core.api_client, tmp_path_factory.mktemp("karpenter")) as k:
+        yield k
+
+
+@pytest.fixture
+def namespace(core):
+    name = f"k8sgpu-karpenter-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
+
+
+def kwok_pool_vars(pool: str, node_class: dict) -> dict:
+    """The role's variables for a NodePool of Karpenter's kwok provider, fenced off by the test taint."""
+    return {"karpenter_gpu_nodepool_name": pool, "karpenter_gpu_node_class": node_class,
+            "karpenter_gpu_instance_family_key": "karpenter.kwok.sh/instance-family",
+            "karpenter_gpu_instance_families": ["g5", "g6"],
+            "karpenter_gpu_labels": {"role": "train-gpu", "k8sgpu-test/pool": pool},
+            "karpenter_gpu_taints": [GPU_TAINT, TEST_TAINT], "karpenter_gpu_gpu_limit": 1,
+            "karpenter_gpu_consolidate_after": "5s", "karpenter_gpu_disruption_budgets": [{"nodes": "100%"}]}
+
+
+def pod(name: str, pool: str, *, gpus: int = 1, gpu_toleration: bool = True) -> dict:
+    tolerations = [{"key": TEST_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
+    if gpu_toleration:
+        tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
+    resources = {"requests": {"cpu": "100m"}, "limits": {"nvidia.com/gpu": str(gpus)} if gpus else {}}
+    return {"metadata": {"name": name}, "spec": {
+        "nodeSelector": {"role": "train-gpu", "k8sgpu-test/pool": pool}, "tolerations": tolerations,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "registry.invalid/cuda-vector-add:none", "resources": resources}]}}
+
+
+def wait_until(pred, timeout: float, step: float = 0.5):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    return pred()
+
+
+def pool_nodes(core, pool: str) -> list:
+    return core.list_node(label_selector=f"karpenter.sh/nodepool={pool}").items
+
+
+class TestKarpenterKwok:
+    def test_gpu_node_from_zero_limit_toleration_and_consolidation(self, core, karpenter, namespace):
+        pool = f"k8sgpu-test-{namespace[-6:]}"
+        ok(role(kwok_pool_vars(pool, karpenter.node_class)))
+        assert pool_nodes(core, pool) == []
+
+        # A CPU pod that selects the pool and tolerates the test taint but not nvidia.com/gpu's: Karpenter finds
+        # no node of the pool it could run on, and launches nothing.
+        core.create_namespaced_pod(namespace, pod("intolerant", pool, gpus=0, gpu_toleration=False))
+        refused = wait_until(lambda: karpenter.could_not_schedule("intolerant"), 60)
+        assert refused and "did not tolerate" in refused[0], refused or karpenter.logs()[-4000:]
+        assert pool_nodes(core, pool) == [] and karpenter.claims(pool) == []
+
+        t0 = time.monotonic()
+        core.create_namespaced_pod(namespace, pod("train", pool))
+        running = wait_until(lambda: (p := core.read_namespaced_pod("train", namespace)).status.phase == "Running"
+                             and p, 120)
+        assert running, karpenter.logs()[-4000:]
+        pending_to_running = time.monotonic() - t0
+        nodes = pool_nodes(core, pool)
+        assert [n.metadata.name for n in nodes] == [running.spec.node_name]
+        node = nodes[0]
+        labels = node.metadata.labels
+        assert labels["role"] == "train-gpu" and labels["karpenter.sh/capacity-type"] == "spot"
+        assert labels["node.kubernetes.io/instance-type"] == "g6.xlarge"     # the cheapest GPU type allowed
+        assert node.status.allocatable["nvidia.com/gpu"] == "1"
+        assert {(t.key, t.effect) for t in node.spec.taints or []} >= {("nvidia.com/gpu", "NoSchedule"),
+                                                                        (TEST_TAINT["key"], "NoSchedule")}
+
+        # The NodePool's nvidia.com/gpu limit (1) is reached: a second GPU pod gets no second node.
+        core.create_namespaced_pod(namespace, pod("second", pool))
+        time.sleep(20)   # two of Karpenter's batch windows (at most 10 s each)
+        assert [n.metadata.name for n in pool_nodes(core, pool)] == [node.metadata.name]
+        second = core.read_namespaced_pod("second", namespace)
+        assert second.status.phase == "Pending" and not second.spec.node_name
+        assert len(karpenter.claims(pool)) == 1
+        assert any("exceed limits for nodepool" in e for e in karpenter.could_not_schedule("second")), karpenter.logs()[-4000:]
+        # The pod without the toleration never landed on the GPU node, and got no node of its own.
+        intolerant = core.read_namespaced_pod("intolerant", namespace)
+        assert intolerant.status.phase == "Pending" and not intolerant.spec.node_name
+
+        # Empty node: gone after consolidateAfter (5s) through Karpenter's disruption controller.
+        for name in ("second", "train", "intolerant"):
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        t1 = time.monotonic()
+        assert wait_until(lambda: not pool_nodes(core, pool), 120), karpenter.logs()[-4000:]
+        empty_to_removed = time.monotonic() - t1
+        print(f"pending-to-running {pending_to_running:.1f} s, empty-to-removed {empty_to_removed:.1f} s")
