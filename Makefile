@@ -11,7 +11,7 @@ export K8SGPU_LAB_STATE ?= $(CURDIR)/.lab
 export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/lab
 
-.PHONY: help deps venv lab lab-down lab-status site test lint sanity unit cloud molecule integration clean-cache
+.PHONY: help deps venv lab lab-down lab-status site test lint sanity unit cloud molecule integration upgrade-test clean-cache
 
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ molecule: lab  ## molecule scenarios on the lab's Debian images
 
 integration: lab  ## lab integration tests (tests/lab) against the running lab
 	pytest -q tests/lab
+
+upgrade-test: lab  ## rolling driver upgrade on real packages, 535.216.03 -> 535.261.03 with DKMS (slow; not in make test)
+	lab/upgrade-nodes.sh image
+	K8SGPU_UPGRADE_TEST=1 pytest -q -s tests/lab/test_upgrade_packages.py
 
 clean-cache:  ## delete the cached binaries, images and packages (~/.cache/k8sgpu-lab)
 	lab/lab.sh down

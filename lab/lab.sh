@@ -7,7 +7,7 @@
 #   lab/lab.sh down    remove every container, network and process it started
 #   lab/lab.sh status  show what is running
 #   lab/lab.sh images  only build the Debian node images (and what that needs)
-#   lab/lab.sh node NAME SUITE   one more node container (tests remove it)
+#   lab/lab.sh node NAME SUITE [IMAGE]   one more node container (tests remove it)
 #
 # Everything talks only to loopback and to the lab's own Docker network.
 source "$(dirname "$0")/lib.sh"
@@ -185,7 +185,7 @@ build_image() {
 # driver_reboot_boot_time_command).
 NODE_RESTART_POLICY=unless-stopped
 start_node_container() {
-  local name="$1" suite="$2" i state
+  local name="$1" suite="$2" image="${3:-$(image_tag "$2")}" i state
   if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ]; then
     # Containers of an earlier lab: the policy is changed in place.
     docker update --restart "$NODE_RESTART_POLICY" "$name" >/dev/null
@@ -198,7 +198,7 @@ start_node_container() {
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
     --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
     -v /sys/fs/cgroup:/sys/fs/cgroup:ro -e container=docker \
-    "$(image_tag "$suite")" /lib/systemd/systemd >/dev/null
+    "$image" /lib/systemd/systemd >/dev/null
   STARTED+=(containers)
   for i in $(seq 1 60); do
     state=$(docker exec "$name" systemctl is-system-running 2>/dev/null || true)
@@ -398,13 +398,16 @@ cmd_status() {
   fi
 }
 
-# One more node container of the lab's recipe (tests): lab.sh node NAME SUITE.
-# The lab must be up; 'lab.sh down' removes it with the others.
+# One more node container of the lab's recipe (tests): lab.sh node NAME SUITE
+# [IMAGE], IMAGE defaulting to the suite's node image (lab/upgrade-nodes.sh
+# passes its starting image). The lab must be up; 'lab.sh down' removes it
+# with the others.
 cmd_node() {
-  [ $# -eq 2 ] || { echo "usage: $0 node NAME bookworm|trixie" >&2; exit 2; }
-  docker image inspect "$(image_tag "$2")" >/dev/null 2>&1 || die "no image $(image_tag "$2"): run lab/lab.sh up first"
+  { [ $# -eq 2 ] || [ $# -eq 3 ]; } || { echo "usage: $0 node NAME bookworm|trixie [IMAGE]" >&2; exit 2; }
+  local image="${3:-$(image_tag "$2")}"
+  docker image inspect "$image" >/dev/null 2>&1 || die "no image $image: run lab/lab.sh up first"
   docker network inspect "$NETWORK" >/dev/null 2>&1 || die "no network $NETWORK: run lab/lab.sh up first"
-  start_node_container "$1" "$2"
+  start_node_container "$1" "$2" "$image"
 }
 
 case "${1:-}" in
@@ -413,5 +416,5 @@ case "${1:-}" in
   images) cmd_images ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|status|images|node NAME SUITE" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|images|node NAME SUITE [IMAGE]" >&2; exit 2 ;;
 esac

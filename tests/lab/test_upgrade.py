@@ -116,10 +116,10 @@ def playbook(inv_dir: Path, path: str, *extra: str) -> subprocess.CompletedProce
 class NodeWatch:
     """Unschedulable GPU Nodes over time, from the API's watch of the Nodes (started before a run)."""
 
-    def __init__(self, core: client.CoreV1Api):
-        self.core, self.watch = core, watch.Watch()
+    def __init__(self, core: client.CoreV1Api, nodes: list[str] | None = None):
+        self.core, self.watch, self.nodes = core, watch.Watch(), nodes or NODES
         self.now: set[str] = {n.metadata.name for n in core.list_node().items
-                              if n.metadata.name in NODES and n.spec.unschedulable}
+                              if n.metadata.name in self.nodes and n.spec.unschedulable}
         self.cordoned_before = set(self.now)
         self.ever: set[str] = set(self.now)
         self.most = len(self.now)
@@ -136,16 +136,20 @@ class NodeWatch:
                 raise
 
     def _follow(self) -> None:
-        for event in self.watch.stream(self.core.list_node, timeout_seconds=900):
-            node = event["object"]
-            if node.metadata.name not in NODES:
-                continue
-            if node.spec.unschedulable:
-                self.now.add(node.metadata.name)
-                self.ever.add(node.metadata.name)
-            else:
-                self.now.discard(node.metadata.name)
-            self.most = max(self.most, len(self.now))
+        # A stream ends after timeout_seconds: the next one resumes from the last resourceVersion seen (no gap).
+        version = None
+        while not self.stopped:
+            for event in self.watch.stream(self.core.list_node, timeout_seconds=600, resource_version=version):
+                node = event["object"]
+                version = node.metadata.resource_version
+                if node.metadata.name not in self.nodes:
+                    continue
+                if node.spec.unschedulable:
+                    self.now.add(node.metadata.name)
+                    self.ever.add(node.metadata.name)
+                else:
+                    self.now.discard(node.metadata.name)
+                self.most = max(self.most, len(self.now))
 
     def stop(self) -> None:
         time.sleep(1)
