@@ -324,6 +324,10 @@ driver_installed_by_gke:
       the driver-installer DaemonSet is then needed).
   returned: with O(state=present)
   type: bool
+has_gpu:
+  description: Whether the pool's nodes have GPUs (C(config.accelerators)), live or asked.
+  returned: with O(state=present)
+  type: bool
 image_type:
   description: The pool's image type (C(config.image_type)), live or asked.
   returned: with O(state=present)
@@ -578,6 +582,7 @@ class NodePool:
         result.update(
             node_selector=gke.node_selector(p["name"], acc_opt),
             tolerations=gke.tolerations(after.get("taints") or [], bool(accs)),
+            has_gpu=bool(accs),
             driver_installed_by_gke=bool(accs) and driver in ("DEFAULT", "LATEST"),
             image_type=cfg.get("image_type") or (want.get("config") or {}).get("image_type", ""),
         )
