@@ -20,10 +20,11 @@ REQUESTS = ("auto", "open", "proprietary")
 FIRST_TURING_DEVICE_ID = 0x1E00
 FIRST_TURING_COMPUTE_CAPABILITY = (7, 5)
 
-# Packages whose installation tells the flavour: Debian's DKMS packages and
-# Ubuntu's nvidia-driver-<branch>[-server][-open] metapackages.
-_OPEN_PACKAGE = re.compile(r"^(nvidia-open-kernel-dkms|nvidia-driver-\d+(-server)?-open)$")
-_PROPRIETARY_PACKAGE = re.compile(r"^(nvidia-kernel-dkms|nvidia-driver-\d+(-server)?)$")
+# Packages whose installation tells the flavour: Debian's DKMS packages (of the
+# suite's own driver, and of its Tesla branches: nvidia-tesla-<branch>-kernel-dkms)
+# and Ubuntu's nvidia-driver-<branch>[-server][-open] metapackages.
+_OPEN_PACKAGE = re.compile(r"^(nvidia-(tesla-\d+-)?open-kernel-dkms|nvidia-driver-\d+(-server)?-open)$")
+_PROPRIETARY_PACKAGE = re.compile(r"^(nvidia-(tesla-\d+-)?kernel-dkms|nvidia-driver-\d+(-server)?)$")
 _BRANCH = re.compile(r"^(?:\d+:)?(\d+)\.")
 
 
@@ -87,13 +88,14 @@ def installed_flavour(packages: dict | None, branch: str = "") -> tuple[str | No
 
 
 def driver_kernel_modules(facts: dict, requested: str = "auto", packages: dict | None = None,
-                          branch: Any = "", host: str = "") -> dict:
+                          branch: Any = "", host: str = "", open_packaged: bool = True) -> dict:
     """Decide the kernel-module flavour for one host.
 
     ``facts`` is the host's ansible_facts after M(k8sgpu.nvidia.gpu_facts);
     ``requested`` is driver_kernel_modules; ``packages`` the installed packages
     (None where they were not read: then only the loaded module counts);
-    ``branch`` driver_branch. Returns ``flavour``, ``reason``, ``switch`` (a loaded or
+    ``branch`` driver_branch; ``open_packaged`` false where the branch's packages have no open kernel module
+    (Debian's Tesla branches): auto then takes the proprietary one and open fails. Returns ``flavour``, ``reason``, ``switch`` (a loaded or
     installed flavour is replaced: only when the user asks for that flavour) and
     ``error`` (non-empty when the request cannot work on this host).
     """
@@ -117,6 +119,12 @@ def driver_kernel_modules(facts: dict, requested: str = "auto", packages: dict |
             "only. Set driver_kernel_modules to auto (keeps what is there, else chooses by GPU) or proprietary "
             "for this host.")
         return result
+    if requested == "open" and not open_packaged:
+        result["error"] = (
+            f"{host}: driver_kernel_modules=open, but the packages of driver branch {branch} have no open kernel "
+            "module (Debian packages its Tesla branches, nvidia-tesla-<branch>-*, with the proprietary one only). "
+            "Set driver_kernel_modules to auto or proprietary, or driver_branch to the suite's own branch.")
+        return result
     if requested != "auto":
         result["flavour"] = requested
         if current and current != requested:
@@ -131,9 +139,17 @@ def driver_kernel_modules(facts: dict, requested: str = "auto", packages: dict |
         result.update(flavour="proprietary", switch=True, reason=(
             f"auto: replaces {current_what}, which cannot drive GPU {', '.join(old)} (older than Turing), "
             "with the proprietary one"))
+    elif current == "open" and not open_packaged:
+        result.update(flavour="proprietary", switch=True, reason=(
+            f"auto: replaces {current_what}: the packages of driver branch {branch} have the proprietary kernel "
+            "module only"))
     elif current:
         result["flavour"] = current
         result["reason"] = f"auto: keeps {current_what}"
+    elif not open_packaged:
+        result["flavour"] = "proprietary"
+        result["reason"] = (f"auto: new install; the packages of driver branch {branch} have the proprietary kernel "
+                            "module only")
     elif old:
         result["flavour"] = "proprietary"
         result["reason"] = (f"auto: new install; GPU {', '.join(old)} is older than Turing, which the open "
