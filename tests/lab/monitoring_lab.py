@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -297,6 +298,42 @@ class Adapter:
     def stop(self) -> None:
         if self.process:
             self.process.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Grafana dashboards: every query, with the dashboard's variables set to "all"
+# ---------------------------------------------------------------------------------------------------------------
+_GRAFANA_INTERVALS = re.compile(r"\$(?:\{)?__(?:rate_interval|interval|range)(?:\})?")
+_GRAFANA_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
+_LABEL_VALUES = re.compile(r"^\s*label_values\((?:(.*),\s*)?(\w+)\s*\)\s*$")
+
+
+def dashboard_queries(dashboard: dict) -> list[tuple[str, str]]:
+    """(where, PromQL) for every panel target and every query variable (label_values(m, l) -> group by (l) (m))."""
+    out: list[tuple[str, str]] = []
+
+    def panels(items: list) -> None:
+        for panel in items or []:
+            panels(panel.get("panels") or [])
+            for target in panel.get("targets") or []:
+                if target.get("expr"):
+                    out.append((f"panel {panel.get('title', panel.get('id'))!r}", grafana_expr(target["expr"])))
+
+    panels(dashboard.get("panels") or [])
+    for row in dashboard.get("rows") or []:
+        panels(row.get("panels") or [])
+    for var in (dashboard.get("templating") or {}).get("list") or []:
+        query = var.get("query")
+        query = query.get("query") if isinstance(query, dict) else query
+        if var.get("type") == "query" and isinstance(query, str) and (m := _LABEL_VALUES.match(query)):
+            metric, label = m.group(1) or "up", m.group(2)
+            out.append((f"variable {var.get('name')!r}", f"group by ({label}) ({grafana_expr(metric)})"))
+    return out
+
+
+def grafana_expr(expr: str) -> str:
+    """A Grafana target's PromQL with interval macros as 1m and template variables as 'any value'."""
+    return _GRAFANA_VARIABLE.sub(".*", _GRAFANA_INTERVALS.sub("1m", expr))
 
 
 def run_role(role: str, extra: dict, workdir: Path, *flags: str, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +97,22 @@ def running_pods(api, app: str) -> list[str]:
     return sorted(p.metadata.name for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp)
 
 
+# --- no adapter registered yet -------------------------------------------------------------------------------
+
+def test_hpa_without_custom_metrics_api_is_refused(namespace, deployment, api, tmp_path):
+    """Runs before the chain fixture registers the adapter: the APIService is absent."""
+    reg = client.ApiregistrationV1Api(api)
+    if any(s.metadata.name == "v1beta1.custom.metrics.k8s.io" for s in reg.list_api_service().items):
+        pytest.skip("another custom metrics adapter is registered in this cluster")
+    name = deployment("no-api", replicas=1)
+    res = run_role("gpu_autoscaling", hpa_vars(name, gpu_autoscaling_metrics_api_wait=0), tmp_path)
+    assert res.returncode != 0
+    assert "APIService v1beta1.custom.metrics.k8s.io does not exist" in res.stdout, res.stdout[-3000:]
+    assert "gpu_metrics_adapter" in res.stdout
+    hpas = client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(NS).items
+    assert not hpas
+
+
 # --- the metrics ----------------------------------------------------------------------------------------------
 
 def test_standin_serves_the_exporters_labels_for_gpu_pods(chain, deployment, api):
@@ -148,3 +163,140 @@ def test_custom_metrics_api_serves_gpu_util_per_pod_and_the_avg_object_metric(ch
     discovery = raw("/apis/custom.metrics.k8s.io/v1beta1")
     names = {r["name"] for r in discovery["resources"]}
     assert f"pods/{UTIL}" in names and f"services/{AVG}" in names
+
+
+# --- the guide's autoscaling test -----------------------------------------------------------------------------
+
+def hpa_vars(target: str, **more) -> dict:
+    return {"gpu_autoscaling_target_name": target, "gpu_autoscaling_namespace": NS, "gpu_autoscaling_min_replicas": 1,
+            "gpu_autoscaling_max_replicas": 3, "gpu_autoscaling_target_value": 50,
+            "gpu_autoscaling_scale_down": {"stabilizationWindowSeconds": 5, "selectPolicy": "Max",
+                                           "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}]},
+            **more}
+
+
+def hpa_state(api, name: str) -> tuple[int, dict]:
+    hpa = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(name, NS)
+    conds = {c.type: (c.status, c.reason) for c in hpa.status.conditions or []}
+    return hpa.status.desired_replicas, conds
+
+
+def replicas(api, name: str) -> int:
+    return client.AppsV1Api(api).read_namespaced_deployment(name, NS).spec.replicas
+
+
+@pytest.mark.parametrize("metric_type", ["pods", "object"])
+def test_hpa_scales_gpu_pods_up_at_90_and_down_at_0(chain, deployment, api, tmp_path, metric_type):
+    name = deployment(f"infer-{metric_type}", replicas=1)
+    wait_for("1 running GPU pod", lambda: len(running_pods(api, name)) == 1, 60)
+    chain.standin.set(UTIL, 0, namespace=NS)
+    res = run_role("gpu_autoscaling", hpa_vars(name, gpu_autoscaling_metric_type=metric_type), tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert changed(res) == 1
+
+    # At 0 % the HPA finds its metric and stays at one replica.
+    wait_for("the HPA to read the metric", lambda: hpa_state(api, name)[1].get("ScalingActive") == ("True", "ValidMetricFound"), 90)
+    assert replicas(api, name) == 1
+
+    chain.standin.set(UTIL, 90, namespace=NS)  # every GPU pod of the namespace, including those the HPA adds
+    wait_for("the HPA to scale up to 3", lambda: replicas(api, name) == 3, 150)
+    desired, conds = hpa_state(api, name)
+    assert desired == 3 and conds["ScalingActive"] == ("True", "ValidMetricFound")
+    assert conds["ScalingLimited"][0] == "True"  # 90 % would want more than maxReplicas
+    wait_for("3 running GPU pods", lambda: len(running_pods(api, name)) == 3, 60)
+
+    chain.standin.set(UTIL, 0, namespace=NS)
+    wait_for("the HPA to scale down to 1", lambda: replicas(api, name) == 1, 150)
+    assert hpa_state(api, name)[1]["ScalingActive"] == ("True", "ValidMetricFound")
+
+    res = run_role("gpu_autoscaling", hpa_vars(name, gpu_autoscaling_state="absent"), tmp_path)
+    assert res.returncode == 0 and changed(res) == 1, res.stdout[-3000:]
+
+
+# --- idempotence and check mode -------------------------------------------------------------------------------
+
+def test_adapter_second_run_and_check_mode_change_nothing(chain, tmp_path):
+    config_file = chain.workdir / "adapter" / "prometheus-adapter-config.yaml"
+    before = config_file.stat().st_mtime_ns
+    for flags in ((), ("--check", "--diff")):
+        res = run_role("gpu_metrics_adapter", chain.adapter_vars(), tmp_path, *flags)
+        assert res.returncode == 0, res.stdout[-3000:]
+        assert changed(res) == 0, res.stdout[-3000:]
+    assert config_file.stat().st_mtime_ns == before
+
+
+def test_adapter_in_cluster_check_mode_is_accepted_by_the_api_server(chain, api, tmp_path):
+    """in_cluster mode against the real API server in check mode (server-side dry run): every object validates,
+    the run reports changes, and nothing is created."""
+    extra = chain.adapter_vars(gpu_metrics_adapter_mode="in_cluster", gpu_metrics_adapter_name="mon-b-incluster",
+                               gpu_metrics_adapter_image_digest="sha256:" + "a" * 64)
+    res = run_role("gpu_metrics_adapter", extra, tmp_path, "--check", "--diff")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert changed(res) >= 1
+    assert "mon-b-incluster" in res.stdout and "prometheus-adapter:v0.12.0@sha256:" in res.stdout
+    deployments = client.AppsV1Api(api).list_namespaced_deployment(NS).items
+    assert "mon-b-incluster" not in {d.metadata.name for d in deployments}
+
+
+def test_hpa_second_run_and_check_mode_change_nothing(chain, deployment, api, tmp_path):
+    name = deployment("idem", replicas=1)
+    check = run_role("gpu_autoscaling", hpa_vars(name), tmp_path, "--check", "--diff")
+    assert check.returncode == 0 and changed(check) == 1, check.stdout[-3000:]
+    hpas = client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(NS).items
+    assert name not in {h.metadata.name for h in hpas}, "check mode created the HPA"
+    assert run_role("gpu_autoscaling", hpa_vars(name), tmp_path).returncode == 0
+    for flags in ((), ("--check", "--diff")):
+        res = run_role("gpu_autoscaling", hpa_vars(name), tmp_path, *flags)
+        assert res.returncode == 0 and changed(res) == 0, res.stdout[-3000:]
+    res = run_role("gpu_autoscaling", hpa_vars(name, gpu_autoscaling_state="absent"), tmp_path)
+    assert res.returncode == 0 and changed(res) == 1, res.stdout[-3000:]
+
+
+# --- bad input ------------------------------------------------------------------------------------------------
+
+def test_hpa_target_missing_is_named(chain, tmp_path):
+    res = run_role("gpu_autoscaling", hpa_vars("no-such-inference"), tmp_path)
+    assert res.returncode != 0
+    assert f"Deployment {NS}/no-such-inference does not exist" in res.stdout
+    assert "gpu_autoscaling_target_name" in res.stdout
+
+
+def test_prometheus_that_does_not_answer_is_named(tmp_path):
+    from monitoring_lab import free_port
+
+    port = free_port()
+    for url, via in ((f"http://127.0.0.1:{port}", "direct"), (f"http://nothing.{NS}.svc:9090", "service_proxy")):
+        extra = {"gpu_metrics_adapter_mode": "rules_only", "gpu_metrics_adapter_output_dir": str(tmp_path / "out"),
+                 "gpu_metrics_adapter_prometheus_url": url, "gpu_metrics_adapter_prometheus_check": "auto"}
+        res = run_role("gpu_metrics_adapter", extra, tmp_path)
+        assert res.returncode != 0, res.stdout[-2000:]
+        assert f"Prometheus at {url} does not answer ({via}:" in res.stdout, res.stdout[-2000:]
+        assert not (tmp_path / "out" / "prometheus-adapter-config.yaml").exists()
+
+
+# --- dashboards -----------------------------------------------------------------------------------------------
+
+def dashboards() -> list:
+    found = [pytest.param(p, id=p.name) for p in sorted((ROOT / "roles" / "gpu_dashboard" / "files").glob("*.json"))]
+    found.append(pytest.param(DASHBOARD_12239, id="grafana-12239",
+                              marks=pytest.mark.skipif(not DASHBOARD_12239.exists(), reason="../shared absent")))
+    return found
+
+
+@pytest.mark.parametrize("path", dashboards())
+def test_every_dashboard_query_evaluates_and_returns_series(chain, deployment, api, path: Path):
+    from monitoring_lab import dashboard_queries
+
+    app = deployment("dash-" + re.sub(r"[^a-z0-9]+", "-", path.stem.lower())[:40].strip("-"), replicas=1)
+    wait_for("a running GPU pod", lambda: len(running_pods(api, app)) == 1, 60)
+    queries = dashboard_queries(json.loads(path.read_text()))
+    assert queries, f"{path.name} has no Prometheus queries"
+    empty = {}
+    for where, expr in queries:
+        try:
+            result = wait_for(f"{where}: {expr}", lambda e=expr: chain.prometheus.query(e), 40, interval=2)
+        except TimeoutError as exc:
+            empty[where] = str(exc)[:300]
+            continue
+        assert result
+    assert not empty, f"{path.name}: queries without series: {empty}"
