@@ -62,7 +62,7 @@ def _affinity_mismatch(pod_spec: dict, node: dict) -> str:
     return failures[0] if failures else ""
 
 
-def _pod_problem(pod: dict) -> str:
+def _pod_problem(pod: dict, what: str = "device plugin pod") -> str:
     status = pod.get("status") or {}
     name = (pod.get("metadata") or {}).get("name", "?")
     for cs in status.get("containerStatuses") or []:
@@ -70,15 +70,15 @@ def _pod_problem(pod: dict) -> str:
         if waiting:
             last = ((cs.get("lastState") or {}).get("terminated") or {})
             extra = f"; last exit: {last.get('reason')} {last.get('message') or ''}".rstrip() if last else ""
-            return f"device plugin pod {name} is waiting: {waiting.get('reason')}: {waiting.get('message') or ''}".rstrip(": ") + extra
+            return f"{what} {name} is waiting: {waiting.get('reason')}: {waiting.get('message') or ''}".rstrip(": ") + extra
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated:
-            return f"device plugin pod {name} terminated: {terminated.get('reason')} {terminated.get('message') or ''}".rstrip()
+            return f"{what} {name} terminated: {terminated.get('reason')} {terminated.get('message') or ''}".rstrip()
     for cond in status.get("conditions") or []:
         if cond.get("status") != "True" and cond.get("type") in ("PodScheduled", "Ready"):
             detail = f"{cond.get('type')}={cond.get('status')} {cond.get('reason') or ''} {cond.get('message') or ''}"
-            return f"device plugin pod {name} is {status.get('phase', 'Pending')}: {detail.rstrip()}"
-    return f"device plugin pod {name} is {status.get('phase', 'Pending')}"
+            return f"{what} {name} is {status.get('phase', 'Pending')}: {detail.rstrip()}"
+    return f"{what} {name} is {status.get('phase', 'Pending')}"
 
 
 def _pod_ready(pod: dict) -> bool:
@@ -99,27 +99,47 @@ def diagnose(name: str, node: dict | None, resource: str, plugin_pods: list | No
         return f"no Node named {name}"
     if allocatable(node, resource) > 0:
         return ""
-    ready = _ready_condition(node)
-    if ready.get("status") != "True":
-        return (f"Node is not Ready ({ready.get('reason') or 'no Ready condition'}"
-                f"{': ' + ready['message'] if ready.get('message') else ''})")
+    not_ready = node_not_ready(node)
+    if not_ready:
+        return not_ready
     if (node.get("spec") or {}).get("unschedulable"):
         return "Node is cordoned (spec.unschedulable); the DaemonSet still runs there, but check the node"
-    if daemonset is not None and not plugin_pods:
-        pod_spec = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
-        mismatch = _affinity_mismatch(pod_spec, node)
-        if mismatch:
-            return f"no device plugin pod on this node: {mismatch}"
-        untolerated = [t for t in (node.get("spec") or {}).get("taints") or []
-                       if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(pod_spec.get("tolerations"), t)]
-        if untolerated:
-            return f"no device plugin pod on this node: untolerated taint(s) {', '.join(map(taint_str, untolerated))}"
-        return "no device plugin pod on this node yet"
+    gap = daemonset_pod_gap(node, plugin_pods, daemonset)
+    if gap:
+        return gap
     pods = plugin_pods or []
-    not_ready = [p for p in pods if not _pod_ready(p)]
-    if not_ready:
-        return _pod_problem(not_ready[0])
     if pods:
         return (f"device plugin pod {pods[0]['metadata']['name']} is Ready but the node advertises no {resource}: "
                 "the plugin found no GPU (check the driver and the container runtime on the host, and the plugin's log)")
     return f"the node advertises no {resource}"
+
+
+def node_not_ready(node: dict) -> str:
+    """Why the Node is not Ready, from its Ready condition; '' when it is."""
+    ready = _ready_condition(node)
+    if ready.get("status") == "True":
+        return ""
+    return (f"Node is not Ready ({ready.get('reason') or 'no Ready condition'}"
+            f"{': ' + ready['message'] if ready.get('message') else ''})")
+
+
+def daemonset_pod_gap(node: dict, pods: list | None, daemonset: dict | None, what: str = "device plugin pod") -> str:
+    """Why no Ready pod of a DaemonSet runs on the node; '' when every one of its pods there is Ready.
+
+    pods are the DaemonSet's pods on this node; daemonset (for its tolerations and node affinity), when known,
+    explains a node without a pod; what names the pods in the text (e.g. "dcgm-exporter pod").
+    """
+    if daemonset is not None and not pods:
+        pod_spec = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+        mismatch = _affinity_mismatch(pod_spec, node)
+        if mismatch:
+            return f"no {what} on this node: {mismatch}"
+        untolerated = [t for t in (node.get("spec") or {}).get("taints") or []
+                       if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(pod_spec.get("tolerations"), t)]
+        if untolerated:
+            return f"no {what} on this node: untolerated taint(s) {', '.join(map(taint_str, untolerated))}"
+        return f"no {what} on this node yet"
+    not_ready = [p for p in pods or [] if not _pod_ready(p)]
+    if not_ready:
+        return _pod_problem(not_ready[0], what)
+    return ""

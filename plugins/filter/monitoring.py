@@ -1,0 +1,61 @@
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of the GPU monitoring roles (dcgm_exporter, gpu_alerts); the logic is in module_utils/_monitoring.py."""
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _monitoring
+
+
+def dcgm_counters_csv(counters: Any, profiling: bool = True, extra: Any = None) -> str:
+    try:
+        return _monitoring.counters_csv(counters, bool(profiling), extra or [])
+    except _monitoring.MonitoringError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def dcgm_profiling_fields(csv_text: Any) -> list[str]:
+    if not isinstance(csv_text, str):
+        raise AnsibleFilterError("dcgm_profiling_fields expects the counters CSV text")
+    return _monitoring.profiling_fields(csv_text)
+
+
+def daemonset_node_problems(nodes: Any, daemonset: Any, pods: Any, names: Any = None, what: str = "pod") -> dict:
+    if not isinstance(nodes, list) or not isinstance(pods, list) or not isinstance(daemonset, (dict, type(None))):
+        raise AnsibleFilterError("daemonset_node_problems expects Nodes (list), the DaemonSet (dict or none) and its "
+                                 "pods (list), as kubernetes.core.k8s_info returns them")
+    return _monitoring.daemonset_node_problems(nodes, daemonset, pods, list(names or []), str(what))
+
+
+def gpu_nodes_outside(nodes: Any, daemonset: Any, names: Any = None, resource: str = "nvidia.com/gpu") -> list[str]:
+    if not isinstance(nodes, list) or not isinstance(daemonset, (dict, type(None))):
+        raise AnsibleFilterError("gpu_nodes_outside expects Nodes (list) and the DaemonSet (dict or none)")
+    return _monitoring.gpu_nodes_outside(nodes, daemonset, list(names or []), str(resource))
+
+
+def daemonset_rolled_out(daemonset: Any) -> bool:
+    if not isinstance(daemonset, (dict, type(None))):
+        raise AnsibleFilterError("daemonset_rolled_out expects a DaemonSet object (or none)")
+    return _monitoring.daemonset_rolled_out(daemonset)
+
+
+def gpu_alert_rules(settings: Any) -> list[dict]:
+    try:
+        return _monitoring.gpu_alert_rules(settings)
+    except _monitoring.MonitoringError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {
+            "dcgm_counters_csv": dcgm_counters_csv,
+            "dcgm_profiling_fields": dcgm_profiling_fields,
+            "daemonset_node_problems": daemonset_node_problems,
+            "daemonset_rolled_out": daemonset_rolled_out,
+            "gpu_nodes_outside": gpu_nodes_outside,
+            "gpu_alert_rules": gpu_alert_rules,
+        }
