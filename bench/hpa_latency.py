@@ -74,7 +74,7 @@ def main() -> None:
         wait_for("the HPA to read the metric", active, 120)
         scrape_s = float(args.scrape_interval.rstrip("s"))
         results: dict[str, list[float]] = {"up": [], "down": []}
-        for _ in range(args.runs):
+        for _run in range(args.runs):
             for step, value, done in (("up", 90, lambda: spec_replicas() > 1), ("down", 0, lambda: spec_replicas() == 1)):
                 time.sleep(3)
                 start = time.monotonic()

@@ -38,7 +38,7 @@ def served_metrics(resource_list: dict | None) -> dict[str, list[str]]:
     """metric -> resources it is served for, from the group version's APIResourceList ('pods/<metric>')."""
     out: dict[str, list[str]] = {}
     for res in (resource_list or {}).get("resources") or []:
-        kind, _, metric = str(res.get("name", "")).partition("/")
+        kind, _sep, metric = str(res.get("name", "")).partition("/")
         if metric:
             out.setdefault(metric, []).append(kind)
     return {k: sorted(v) for k, v in sorted(out.items())}

@@ -16,7 +16,7 @@ description:
     (C(GET /apis/custom.metrics.k8s.io/v1beta1), resource names C(<resource>/<metric>)) and reports which of
     O(metrics) are missing - the symptom behind the HPA's "no metrics returned" when the adapter's rules do not
     match the exporter's labels.
-  - With O(prometheus_url), asks Prometheus for C(/api/v1/status/buildinfo): directly from the controller, or, for a
+  - With O(prometheus_url), asks Prometheus for C(/api/v1/status/buildinfo), directly from the controller, or, for a
     C(<service>.<namespace>.svc) URL that the controller cannot resolve, through the API server's service proxy
     (O(prometheus_via=auto)).
   - Fails, with the APIService's reason and message and the fix, when O(require_available) and an APIService is
@@ -128,7 +128,8 @@ import json
 import time
 from collections.abc import Callable
 import urllib.error
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._custom_metrics import (
     CUSTOM_METRICS_GROUP,
@@ -168,8 +169,8 @@ def _prometheus(module, api: Callable, url: str, via: str) -> dict:
     result = {"url": url, "via": via, "reachable": False, "version": "", "error": ""}
     try:
         if via == "direct":
-            with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/status/buildinfo", timeout=5) as resp:  # noqa: S310
-                answer = json.loads(resp.read().decode())
+            resp = open_url(f"{url.rstrip('/')}/api/v1/status/buildinfo", timeout=5)
+            answer = json.loads(resp.read().decode())
         else:
             answer = api().request("get", service_proxy_path(parts, "/api/v1/status/buildinfo"), serializer=raw_json)
             if isinstance(answer, (str, bytes)):
