@@ -11,7 +11,8 @@ What it models of GKE (documented behaviours): pools live in memory per cluster;
 long-running Operation that is PENDING until an operations.get, which completes it (DONE) and only then applies
 the change; one operation at a time per cluster (a second write meanwhile is a 400 FAILED_PRECONDITION); the
 taint nvidia.com/gpu=present:NoSchedule added to every pool with GPUs (also after a taint update, which replaces
-the others); the autoscaler's default location policy (ANY for Spot VMs, else BALANCED); per-zone (min/max_node_count) and whole-pool (total_*) autoscaling limits mutually exclusive;
+the others); the autoscaler's default location policy (ANY for Spot VMs, else BALANCED); per-zone
+(min/max_node_count) and whole-pool (total_*) autoscaling limits mutually exclusive;
 UpdateNodePoolRequest's required node_version and image_type; node locations within the cluster's region;
 a bearer token on every request (401 without): one the server issued (its /token endpoint
 answers JWT-bearer grants of registered service-account keys) or a JWT self-signed by such a key. An UpdateNodePoolRequest field the server does not model is

@@ -45,8 +45,8 @@ def test_autoscaling_refused(auto, words):
 
 
 def test_autoscaling_enabled_by_default_and_disabled_alone():
-    assert gke.autoscaling_config({"max_node_count": 2, "location_policy": None}) == {"enabled": True,
-                                                                                     "max_node_count": 2}
+    expected = {"enabled": True, "max_node_count": 2}
+    assert gke.autoscaling_config({"max_node_count": 2, "location_policy": None}) == expected
     assert gke.autoscaling_config({"enabled": False, "max_node_count": 2}) == {"enabled": False}
 
 
@@ -93,12 +93,12 @@ def test_autoscaling_request_ignores_what_gke_fills():
     live = {"autoscaling": {"enabled": True, "max_node_count": 3, "location_policy": "BALANCED"}}
     want = {"autoscaling": {"enabled": True, "max_node_count": 3}, "_set": {"autoscaling"}}
     assert gke.autoscaling_request(live, want, ["max_node_count"]) is None
-    assert gke.autoscaling_request(live, {**want, "autoscaling": {"enabled": True, "max_node_count": 3,
-                                                                 "location_policy": "ANY"}},
-                                   ["max_node_count", "location_policy"])["location_policy"] == "ANY"
+    any_zone = {**want, "autoscaling": {"enabled": True, "max_node_count": 3, "location_policy": "ANY"}}
+    req = gke.autoscaling_request(live, any_zone, ["max_node_count", "location_policy"])
+    assert req["location_policy"] == "ANY"
     total = {"autoscaling": {"enabled": True, "total_max_node_count": 3}, "_set": {"autoscaling"}}
-    assert gke.autoscaling_request(live, total, ["total_max_node_count"]) == {"enabled": True,
-                                                                             "total_max_node_count": 3}
+    req = gke.autoscaling_request(live, total, ["total_max_node_count"])
+    assert req == {"enabled": True, "total_max_node_count": 3}
     off = {"autoscaling": {"enabled": False}, "_set": {"autoscaling"}}
     assert gke.autoscaling_request(live, off, ["enabled"]) == {"enabled": False}
     assert gke.autoscaling_request({}, off, ["enabled"]) is None
