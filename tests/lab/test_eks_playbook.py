@@ -6,13 +6,27 @@ pool of that shape would take, only after the scheduler found them unschedulable
 """
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
+from ansible_output import recap
+from conftest import LAB_STATE, ROOT
 from scale_from_zero import FakeAutoscaler
+
+# tests/cloud's moto fixtures (a ThreadedMotoServer on 127.0.0.1, boto3 clients, a VPC and node role), reused.
+_spec = importlib.util.spec_from_file_location("cloud_conftest", ROOT / "tests" / "cloud" / "conftest.py")
+cloud = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cloud)
+endpoint, aws, network, cluster = cloud.endpoint, cloud.aws, cloud.network, cloud.cluster
+NODE_TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
 
 TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 
@@ -95,3 +109,143 @@ def test_fake_autoscaler_deletes_its_nodes_on_exit(core, namespace):
         assert pool.removed == {}
     assert pool.nodes and set(pool.removed) == set(pool.nodes)
     assert not [n for n in core.list_node().items if n.metadata.name in pool.nodes]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# playbooks/eks.yml: moto for AWS, the lab's API server for Kubernetes, the fake autoscaler for the node
+# --------------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def asg_with_nodegroup(monkeypatch, aws):
+    """moto names a nodegroup's Auto Scaling group but does not create it: create it (through moto's own
+    Auto Scaling API) when the nodegroup is created, and delete it with the nodegroup, as EKS does."""
+    from moto.eks.models import EKSBackend  # pylint: disable=import-outside-toplevel
+
+    create, delete = EKSBackend.create_nodegroup, EKSBackend.delete_nodegroup
+
+    def create_nodegroup(self, *args, **kwargs):
+        ng = create(self, *args, **kwargs)
+        name = ng.resources["autoScalingGroups"][0]["name"]
+        aws["autoscaling"].create_launch_configuration(LaunchConfigurationName=name, ImageId="ami-12c6146b",
+                                                       InstanceType=(ng.instance_types or ["g5.xlarge"])[0])
+        aws["autoscaling"].create_auto_scaling_group(
+            AutoScalingGroupName=name, LaunchConfigurationName=name, MinSize=ng.scaling_config["minSize"],
+            MaxSize=ng.scaling_config["maxSize"], DesiredCapacity=ng.scaling_config["desiredSize"],
+            VPCZoneIdentifier=",".join(ng.subnets))
+        return ng
+
+    def delete_nodegroup(self, cluster_name, nodegroup_name):
+        ng = delete(self, cluster_name, nodegroup_name)
+        aws["autoscaling"].delete_auto_scaling_group(AutoScalingGroupName=ng.resources["autoScalingGroups"][0]["name"],
+                                                     ForceDelete=True)
+        return ng
+
+    monkeypatch.setattr(EKSBackend, "create_nodegroup", create_nodegroup)
+    monkeypatch.setattr(EKSBackend, "delete_nodegroup", delete_nodegroup)
+
+
+def node_template(tags: dict) -> tuple[dict, list, int]:
+    """What the cluster-autoscaler reads from an Auto Scaling group's tags: labels, taints, GPUs of a new node."""
+    labels, taints, gpus = {}, [], 0
+    for key, value in tags.items():
+        if key.startswith(NODE_TEMPLATE + "label/"):
+            labels[key[len(NODE_TEMPLATE + "label/"):]] = value
+        elif key.startswith(NODE_TEMPLATE + "taint/"):
+            taint_value, effect = value.rsplit(":", 1)
+            taints.append({"key": key[len(NODE_TEMPLATE + "taint/"):], "value": taint_value, "effect": effect})
+        elif key == NODE_TEMPLATE + "resources/nvidia.com/gpu":
+            gpus = int(value)
+    return labels, taints, gpus
+
+
+def asg_tags(aws, cluster_name: str, nodegroup: str) -> dict | None:
+    try:
+        ng = aws["eks"].describe_nodegroup(clusterName=cluster_name, nodegroupName=nodegroup)["nodegroup"]
+    except aws["eks"].exceptions.ResourceNotFoundException:
+        return None
+    groups = aws["autoscaling"].describe_auto_scaling_groups(
+        AutoScalingGroupNames=[g["name"] for g in ng["resources"]["autoScalingGroups"]])["AutoScalingGroups"]
+    return {t["Key"]: t["Value"] for g in groups for t in g["Tags"]}
+
+
+class EksPlaybook:
+    def __init__(self, endpoint: str, extra: dict):
+        self.extra = extra
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+                    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret",
+                    "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+                    "K8SGPU_LAB_STATE": str(LAB_STATE)}
+        self.base = {"k8sgpu_aws_endpoint_url": endpoint, "k8sgpu_aws_region": cloud.REGION}
+
+    def start(self, *args: str, **extra) -> subprocess.Popen:
+        cmd = ["ansible-playbook", "-i", "inventories/lab", "playbooks/eks.yml",
+               "-e", json.dumps({**self.base, **self.extra, **extra}), *args]
+        return subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+
+    def __call__(self, *args: str, **extra) -> tuple[int, str, dict]:
+        proc = self.start(*args, **extra)
+        out, _ = proc.communicate(timeout=600)
+        return proc.returncode, out, recap(out).get("localhost", {})
+
+
+def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(core, namespace, endpoint, aws, network,
+                                                                       cluster, asg_with_nodegroup):
+    pool = namespace[-6:]
+    labels = {"role": "train-gpu", "k8sgpu-test/pool": namespace}
+    dp_label = f"k8sgpu-test/eks-device-plugin-{pool}"
+    play = EksPlaybook(endpoint, {
+        "k8sgpu_eks_cluster_name": cluster, "k8sgpu_eks_gpu_labels": labels,
+        "k8sgpu_eks_nodegroup": {"name": "gpu", "node_role": network["role"], "subnets": network["subnets"],
+                                 "capacity_type": "SPOT", "instance_types": ["g5.xlarge"],
+                                 "scaling": {"min_size": 0, "max_size": 2}, "accelerator": "nvidia-a10g"},
+        # The device plugin of this test alone (the lab's own stays as it is).
+        "device_plugin_namespace": namespace, "device_plugin_name": f"k8sgpu-eks-dp-{pool}",
+        "device_plugin_node_affinity_label": dp_label,
+        "k8sgpu_eks_verify_namespace": namespace, "k8sgpu_eks_verify_timeout": 120,
+        "k8sgpu_eks_verify_require_logs": False})
+
+    # Check mode: nothing is created in AWS, nothing in the cluster.
+    rc, out, stats = play("--check")
+    assert rc == 0, out[-4000:]
+    assert stats["changed"] >= 1 and aws["eks"].list_nodegroups(clusterName=cluster)["nodegroups"] == []
+
+    # The real run, with the cluster-autoscaler's part played from the Auto Scaling group's tags: once the
+    # playbook wrote them, a node shaped by them (labels, taints, GPUs) is added for the pending check pod.
+    proc = play.start()
+    tags = None
+    end = time.monotonic() + 300
+    while time.monotonic() < end and proc.poll() is None:
+        tags = asg_tags(aws, cluster, "gpu")
+        if tags and NODE_TEMPLATE + "resources/nvidia.com/gpu" in tags:
+            break
+        time.sleep(0.2)
+    assert tags, proc.communicate()[0][-4000:]
+    t_labels, t_taints, t_gpus = node_template(tags)
+    assert t_gpus == 1 and t_labels["role"] == "train-gpu" and t_labels[dp_label] == "true"
+    assert t_labels["k8s.amazonaws.com/accelerator"] == "nvidia-a10g"
+    assert t_taints == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    with FakeAutoscaler(core, node_prefix=f"k8sgpu-eks-{pool}", labels=t_labels, taints=t_taints, gpus=t_gpus,
+                        node_selector=labels, namespaces=[namespace], delay=2.0, scale_down_after=2.0) as ca:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-9000:]
+        assert "nodegroup pool: PASSED - completed_no_logs on k8sgpu-eks-" in out, out[-3000:]
+        first = ca.scale_ups[0]
+        assert first.pod.startswith(f"{namespace}/k8sgpu-verify-")
+        assert first.pending_seen < first.node_created <= first.pod_running
+        ng = aws["eks"].describe_nodegroup(clusterName=cluster, nodegroupName="gpu")["nodegroup"]
+        assert ng["amiType"] == "AL2023_x86_64_NVIDIA" and ng["scalingConfig"]["minSize"] == 0
+        assert ng["labels"] == {**labels, dp_label: "true", "k8s.amazonaws.com/accelerator": "nvidia-a10g"}
+        assert ca.wait_scaled_to_zero(60), ca.errors
+
+        # Second run: nothing changes (AWS, device plugin), and the check scales from zero again.
+        rc, out, stats = play()
+        assert rc == 0 and stats["changed"] == 0, out[-4000:]
+        assert len(ca.scale_ups) == 2 and ca.scale_ups[1].pod_running
+        assert ca.wait_scaled_to_zero(60), ca.errors
+
+    # Teardown, twice.
+    rc, out, stats = play(k8sgpu_eks_state="absent")
+    assert rc == 0 and stats["changed"] == 1, out[-4000:]
+    assert aws["eks"].list_nodegroups(clusterName=cluster)["nodegroups"] == []
+    rc, out, stats = play("--tags", "eks_teardown")
+    assert rc == 0 and stats["changed"] == 0, out[-4000:]
