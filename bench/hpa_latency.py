@@ -4,7 +4,8 @@ Chain (tests/lab/monitoring_lab.py): stand-in DCGM exporter -> Prometheus (scrap
 (relist R, which only matters for metric names it has not seen) -> aggregator -> the real HPA controller in
 kube-controller-manager (sync period H, 15 s by default) -> Deployment of GPU pods on kwok nodes.
 
-Per step, RUNS times, with the HPA at its target 50 %:
+Per step, RUNS times, after a random 1-15 s pause (so the step falls at a random phase of the scrape and sync
+clocks), with the HPA at its target 50 %:
   up:   utilisation 0 -> 90 % for every GPU pod of the namespace; time until the Deployment's spec.replicas > 1;
   down: utilisation 90 -> 0 %; time until spec.replicas == 1 (scale-down stabilization window W, 0 s here).
 Floor (worst case of the intervals, no processing time): S + H (+ W for down); the expected mean of a
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -43,7 +45,7 @@ def deployment(name: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--scrape-interval", default="5s")
     args = parser.parse_args()
     kubeconfig = str(LAB_STATE / "kubeconfig")
@@ -76,7 +78,7 @@ def main() -> None:
         results: dict[str, list[float]] = {"up": [], "down": []}
         for _run in range(args.runs):
             for step, value, done in (("up", 90, lambda: spec_replicas() > 1), ("down", 0, lambda: spec_replicas() == 1)):
-                time.sleep(3)
+                time.sleep(random.uniform(1, HPA_SYNC_S))  # a random phase against the HPA's and Prometheus' clocks
                 start = time.monotonic()
                 chain.standin.set("DCGM_FI_DEV_GPU_UTIL", value, namespace=NS)
                 wait_for(f"scale {step}", done, 180, interval=0.2)
@@ -89,6 +91,7 @@ def main() -> None:
             **{f"{step}_median_s": statistics.median(times) for step, times in results.items()},
             **{f"{step}_median_over_floor": round(statistics.median(times) / floor, 2) for step, times in results.items()},
         }
+        report["max_s"] = max(results["up"] + results["down"])
         print(json.dumps(report, indent=2))
     finally:
         chain.stop()

@@ -2,7 +2,7 @@
 
 Shared by the monitoring tests and bench/ (import it with tests/lab on sys.path), and runnable by hand:
 
-    python tests/lab/monitoring_lab.py up      # stand-in + Prometheus on fixed ports, URLs under .lab/monitoring/
+    python tests/lab/monitoring_lab.py up      # stand-in, Prometheus, adapter on fixed ports; .lab/monitoring/
     python tests/lab/monitoring_lab.py down
 
 Every process binds 127.0.0.1, writes its pid to $K8SGPU_LAB_STATE/procs/<name>.pid (lab.sh down stops those)
@@ -426,7 +426,9 @@ def _ignore_404(call: Callable, *args: Any) -> None:
 
 
 def _up(args: list[str]) -> None:
-    """make-lab style: stand-in and Prometheus on fixed ports; the URLs under .lab/monitoring/."""
+    """For site.yml against the lab: stand-in, Prometheus and the adapter on fixed ports (K8SGPU_LAB_* variables),
+    their addresses under .lab/monitoring/ (the lab inventory reads them). The adapter's configuration is the
+    gpu_metrics_adapter role's (rules_only); site.yml -e k8sgpu_monitoring=true then registers it (external)."""
     from kubernetes import client, config
 
     kubeconfig = str(LAB_STATE / "kubeconfig")
@@ -441,11 +443,31 @@ def _up(args: list[str]) -> None:
                       port=int(os.environ.get("K8SGPU_LAB_PROMETHEUS_PORT", "39090"))).start()
     (state / "prometheus-url").write_text(prom.url + "\n")
     (state / "dcgm-standin-url").write_text(standin.control + "\n")
-    print(f"Prometheus {prom.url}, stand-in control {standin.control}")
+    res = run_role("gpu_metrics_adapter", {"gpu_metrics_adapter_mode": "rules_only",
+                                           "gpu_metrics_adapter_output_dir": str(state / "adapter"),
+                                           "gpu_metrics_adapter_prometheus_check": "direct",
+                                           "gpu_metrics_adapter_prometheus_url": prom.url}, state)
+    if res.returncode:
+        raise SystemExit(f"gpu_metrics_adapter rules_only failed:\n{res.stdout[-3000:]}")
+    adapter = Adapter(kubeconfig, state / "adapter" / "prometheus-adapter-config.yaml", prom.url, state,
+                      name="prometheus-adapter-lab", port=int(os.environ.get("K8SGPU_LAB_ADAPTER_PORT", "36444"))).start()
+    (state / "adapter-port").write_text(f"{adapter.port}\n")
+    print(f"Prometheus {prom.url}, stand-in control {standin.control}, adapter https://127.0.0.1:{adapter.port}")
 
 
 def _down(args: list[str]) -> None:
-    for name in ("prometheus-lab", "dcgm-standin-lab"):
+    """Unregister an adapter the lab's site.yml registered (an APIService without its adapter breaks discovery
+    for every client), then stop the processes."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(LAB_STATE / "kubeconfig"))
+    reg = client.ApiregistrationV1Api(api)
+    for svc in reg.list_api_service(label_selector="app.kubernetes.io/managed-by=k8sgpu.nvidia").items:
+        target = svc.spec.service
+        if svc.spec.group == "custom.metrics.k8s.io" and target and (target.namespace, target.name) == (
+                EXPORTER_NAMESPACE, "prometheus-adapter"):  # the role's defaults, which site.yml uses
+            _ignore_404(reg.delete_api_service, svc.metadata.name)
+    for name in ("prometheus-adapter-lab", "prometheus-lab", "dcgm-standin-lab"):
         pidfile = LAB_STATE / "procs" / f"{name}.pid"
         if pidfile.exists():
             try:
