@@ -120,10 +120,8 @@ def gke_server():
     sys.path.insert(0, str(Path(__file__).parent))
     import gke_contract_server  # pylint: disable=import-outside-toplevel
 
-    httpd, state = gke_contract_server.serve()
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
+    with gke_contract_server.running() as state:
+        yield state
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ import re
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -478,6 +479,17 @@ def serve(host: str = "127.0.0.1", port: int = 0) -> tuple[ThreadingHTTPServer, 
     state.base = f"http://{host}:{httpd.server_address[1]}"
     threading.Thread(target=httpd.serve_forever, name="gke-contract", daemon=True).start()
     return httpd, state
+
+
+@contextmanager
+def running(host: str = "127.0.0.1"):
+    """The server for the length of a with block (pytest fixtures); yields its state."""
+    httpd, state = serve(host)
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 if __name__ == "__main__":  # a standalone server, e.g. for trying the playbook by hand

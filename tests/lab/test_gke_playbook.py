@@ -24,7 +24,7 @@ from conftest import ROOT, run
 
 sys.path.insert(0, str(ROOT / "tests" / "cloud"))
 sys.path.insert(0, str(Path(__file__).parent))
-from gke_contract_server import serve  # noqa: E402
+from gke_contract_server import running  # noqa: E402
 from scale_from_zero import FakeAutoscaler  # noqa: E402
 
 PROJECT, REGION = "k8sgpu-lab", "us-central1"
@@ -33,10 +33,8 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 
 @pytest.fixture(scope="module")
 def gke():
-    httpd, state = serve()
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
+    with running() as state:
+        yield state
 
 
 @pytest.fixture
