@@ -395,3 +395,40 @@ class TestKarpenterKwok:
         assert wait_until(lambda: not pool_nodes(core, pool), 120), karpenter.logs()[-4000:]
         empty_to_removed = time.monotonic() - t1
         print(f"pending-to-running {pending_to_running:.1f} s, empty-to-removed {empty_to_removed:.1f} s")
+
+    def test_eks_playbook_with_karpenter_scales_from_zero_and_tears_down(self, core, karpenter, namespace):
+        """playbooks/eks.yml, provisioner karpenter: the role's NodePool, the device plugin, and the check's Job,
+        which stays Pending until Karpenter launches a GPU node for it; second run changes nothing; teardown."""
+        pool = f"k8sgpu-eks-{namespace[-6:]}"
+        dp_label = f"k8sgpu-test/eks-device-plugin-{namespace[-6:]}"
+        extra = {
+            "k8sgpu_eks_provisioner": "karpenter", "k8sgpu_eks_cluster_name": "lab",
+            "k8sgpu_eks_gpu_labels": {"role": "train-gpu", "k8sgpu-test/pool": pool},
+            "k8sgpu_eks_gpu_taints": [GPU_TAINT, TEST_TAINT],
+            **{k: v for k, v in kwok_pool_vars(pool, karpenter.node_class).items()
+               if k not in ("karpenter_gpu_labels", "karpenter_gpu_taints")},
+            "device_plugin_namespace": namespace, "device_plugin_name": f"{pool}-dp",
+            "device_plugin_node_affinity_label": dp_label,
+            "k8sgpu_eks_verify_namespace": namespace, "k8sgpu_eks_verify_timeout": 120,
+            "k8sgpu_eks_verify_require_logs": False}
+
+        def eks(*args: str, **more) -> tuple[int, str, dict]:
+            res = run(["ansible-playbook", "-i", "inventories/lab", "playbooks/eks.yml",
+                       "-e", json.dumps({**extra, **more}), *args])
+            return res.returncode, res.stdout + res.stderr, recap(res.stdout).get("localhost", {})
+
+        rc, out, _ = eks()
+        assert rc == 0, out[-5000:] + karpenter.logs()[-3000:]
+        assert "karpenter pool: PASSED - completed_no_logs on " in out, out[-3000:]
+        nodes = pool_nodes(core, pool)
+        assert len(nodes) == 1 and nodes[0].metadata.labels[dp_label] == "true"
+        assert "(timeout" not in out
+
+        rc, out, stats = eks()
+        assert rc == 0 and stats["changed"] == 0, out[-5000:]
+
+        rc, out, stats = eks("--tags", "eks_teardown")
+        assert rc == 0 and stats["changed"] == 1, out[-5000:]
+        assert get_obj(core.api_client, "karpenter.sh", "nodepools", pool) is None
+        # Karpenter terminates the deleted NodePool's node.
+        assert wait_until(lambda: not pool_nodes(core, pool), 120), karpenter.logs()[-3000:]
