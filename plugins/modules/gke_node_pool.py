@@ -510,8 +510,8 @@ class NodePool:
         """The compared fields as they will be after the task (diff mode in check mode)."""
         if live is None:
             after = gke.compared({k: v for k, v in want.items() if k != "_set"})
-            if self.p["node_count"] is not None or want.get("autoscaling"):
-                after["node_count"] = self.requests[0]["request"]["node_pool"]["initial_node_count"]
+            create = next(r["request"]["node_pool"] for r in self.requests if r["method"] == "create_node_pool")
+            after["node_count"] = create["initial_node_count"]
             return after
         after = gke.compared(live)
         for r in self.requests:

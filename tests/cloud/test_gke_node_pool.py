@@ -174,6 +174,11 @@ def test_immutable_field_fails_unless_recreate(gke_run, gke_server, gke_cluster,
     assert "nvidia-tesla-t4" in r["msg"] and "nvidia-l4" in r["msg"] and "recreate: true" in r["msg"]
     assert writes_since(gke_server, mark) == []
 
+    r = ok(gke_run({"cluster": gke_cluster, **other, "recreate": True}, check=True, diff=True))
+    assert [q["method"] for q in r["requests"]] == ["delete_node_pool", "create_node_pool"]
+    assert r["diff"]["after"]["accelerators"][0]["accelerator_type"] == "nvidia-l4"
+    assert writes_since(gke_server, mark) == []
+
     r = ok(gke_run({"cluster": gke_cluster, **other, "recreate": True}))
     assert [q["method"] for q in r["requests"]] == ["delete_node_pool", "create_node_pool"]
     pool = pool_dict(gke_server, gke_cluster)
