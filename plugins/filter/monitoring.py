@@ -42,6 +42,15 @@ def daemonset_rolled_out(daemonset: Any) -> bool:
     return _monitoring.daemonset_rolled_out(daemonset)
 
 
+def grafana_dashboard(text: Any, source: str = "dashboard") -> str:
+    if not isinstance(text, str):
+        raise AnsibleFilterError(f"grafana_dashboard expects the dashboard's JSON text ({source})")
+    try:
+        return _monitoring.grafana_dashboard(text, str(source))
+    except _monitoring.MonitoringError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 def gpu_alert_rules(settings: Any) -> list[dict]:
     try:
         return _monitoring.gpu_alert_rules(settings)
@@ -58,4 +67,5 @@ class FilterModule:
             "daemonset_rolled_out": daemonset_rolled_out,
             "gpu_nodes_outside": gpu_nodes_outside,
             "gpu_alert_rules": gpu_alert_rules,
+            "grafana_dashboard": grafana_dashboard,
         }

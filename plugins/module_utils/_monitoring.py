@@ -152,6 +152,31 @@ def daemonset_node_problems(nodes: list, daemonset: dict | None, pods: list, nam
     return problems
 
 
+# --- dashboards ----------------------------------------------------------------------------------------------------
+
+# A ConfigMap holds at most 1 MiB (etcd's request limit, less the object's other fields).
+CONFIGMAP_MAX_BYTES = 1024 * 1024 - 4096
+
+
+def grafana_dashboard(text: str, source: str) -> str:
+    """The dashboard JSON text, checked: valid JSON, an object with panels (or rows, before Grafana 5) and a title,
+    small enough for a ConfigMap. MonitoringError names the source and the fix."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise MonitoringError(f"{source} is not valid JSON: {exc}; export the dashboard from Grafana "
+                              "(Share, Export, Save to file) or download it from grafana.com") from None
+    if not isinstance(data, dict) or not ("panels" in data or "rows" in data) or not data.get("title"):
+        raise MonitoringError(f"{source} is not a Grafana dashboard: a JSON object with a title and panels is expected")
+    size = len(text.encode())
+    if size > CONFIGMAP_MAX_BYTES:
+        raise MonitoringError(f"{source} is {size} bytes; a ConfigMap holds at most {CONFIGMAP_MAX_BYTES}: "
+                              "remove panels or ship it another way")
+    return text
+
+
 # --- alert rules -----------------------------------------------------------------------------------------------
 
 # Setting -> its kind: str, list, dict, "number" (a positive number), "count" (a whole number, at least 1).

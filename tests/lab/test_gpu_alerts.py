@@ -182,3 +182,74 @@ def test_bad_alert_settings_are_named(extra, message):
     res = role("gpu_alerts", {"gpu_alerts_prometheus_rule": "never", **extra}, "--check")
     assert res.returncode != 0
     assert message in flat(res.stdout), flat(res.stdout)[-2000:]
+
+
+# --- gpu_dashboard ------------------------------------------------------------------------------------------------
+
+DASHBOARD = ROOT / "roles/gpu_dashboard/files/k8sgpu-gpu-dashboard.json"
+DASHBOARD_12239 = SHARED / "dcgm-exporter" / "grafana-dashboard-12239.json"
+# What Prometheus stores from the exporter with the dcgm_exporter role's scraping (honorLabels false).
+EXPORTER_LABELS = {"node", "gpu", "UUID", "Hostname", "exported_namespace", "exported_pod", "exported_container"}
+
+
+def _queries(dashboard: dict) -> list[str]:
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def test_dashboard_queries_parse_and_use_the_exporter_metrics_and_labels():
+    import re
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    counters = {c["field"] for c in yaml.safe_load((ROOT / "roles/dcgm_exporter/defaults/main.yml").read_text())
+                ["dcgm_exporter_counters"]}
+    queries = _queries(dashboard)
+    metrics = {m for q in queries for m in re.findall(r"\b(DCGM_\w+)", q)}
+    assert metrics <= counters, metrics - counters  # only what the exporter serves with the role's counters
+    for needed in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+                   "DCGM_FI_DEV_XID_ERRORS"):
+        assert needed in metrics
+    labels = {m for q in queries for m in re.findall(r"(\w+)\s*(?:=~|!=|=)\s*\"", q)}
+    labels |= {m.strip() for q in queries for by in re.findall(r"by \(([^)]*)\)", q) for m in by.split(",")}
+    assert labels <= EXPORTER_LABELS, labels - EXPORTER_LABELS
+    # Per node, per GPU and per pod: the grouping each panel's query uses.
+    assert any("by (node)" in q for q in queries) and any("by (exported_namespace, exported_pod)" in q for q in queries)
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert variables == {"datasource", "node", "gpu", "namespace"}
+    for query in queries:  # every query parses with the variables set to "All"
+        text = query.replace("$node", ".*").replace("$gpu", ".*").replace("$namespace", ".*")
+        res = promtool("promql", "format", "--experimental", text)
+        assert res.returncode == 0, f"{text}: {res.stderr}"
+
+
+def test_dashboards_shipped_in_labelled_configmaps(core, namespace, tmp_path):
+    extra_files = []
+    if DASHBOARD_12239.exists():
+        extra_files.append({"name": "dcgm-exporter-12239", "path": str(DASHBOARD_12239)})
+    extra = {"gpu_dashboard_namespace": NS, "gpu_dashboard_extra": extra_files,
+             "gpu_dashboard_annotations": {"grafana_folder": "GPUs"}}
+    check = role("gpu_dashboard", extra, "--check")
+    assert check.returncode == 0 and changed(check) > 0, check.stdout[-3000:]
+    with pytest.raises(client.ApiException):
+        core.read_namespaced_config_map("k8sgpu-gpu-dashboard", NS)
+    res = role("gpu_dashboard", extra)
+    assert res.returncode == 0, res.stdout[-3000:]
+
+    shipped = {"k8sgpu-gpu-dashboard": DASHBOARD, **{e["name"]: DASHBOARD_12239 for e in extra_files}}
+    for name, source in shipped.items():
+        cm = core.read_namespaced_config_map(name, NS)
+        assert cm.metadata.labels["grafana_dashboard"] == "1" and cm.metadata.annotations["grafana_folder"] == "GPUs"
+        assert list(cm.data) == [source.name]
+        assert json.loads(cm.data[source.name]) == json.loads(source.read_text())
+    again = role("gpu_dashboard", extra)
+    assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]
+    if not extra_files:
+        pytest.skip(f"{DASHBOARD_12239} is absent: only our own dashboard was shipped")
+
+
+def test_a_dashboard_file_that_is_not_json_is_named(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"title": "x", "panels": [')
+    res = role("gpu_dashboard", {"gpu_dashboard_namespace": NS, "gpu_dashboard_ship_ours": False,
+                                 "gpu_dashboard_extra": [{"name": "broken", "path": str(bad)}]}, "--check")
+    assert res.returncode != 0
+    assert f"{bad} is not valid JSON: Expecting value: line 1 column 27" in flat(res.stdout), flat(res.stdout)[-2000:]

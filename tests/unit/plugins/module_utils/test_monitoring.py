@@ -147,3 +147,16 @@ def test_bad_alert_settings_are_named(change, message):
     with pytest.raises(m.MonitoringError) as err:
         m.gpu_alert_rules({**SETTINGS, **change})
     assert message in str(err.value)
+
+
+# --- dashboards ---------------------------------------------------------------------------------------------------
+
+def test_grafana_dashboard_checks_json_shape_and_size():
+    good = '{"title": "GPUs", "panels": []}'
+    assert m.grafana_dashboard(good, "a.json") == good
+    with pytest.raises(m.MonitoringError, match=r"b.json is not valid JSON: Expecting value: line 1 column 11"):
+        m.grafana_dashboard('{"title": ', "b.json")
+    with pytest.raises(m.MonitoringError, match="c.json is not a Grafana dashboard"):
+        m.grafana_dashboard('{"panels": []}', "c.json")
+    with pytest.raises(m.MonitoringError, match="d.json is .* bytes; a ConfigMap holds at most"):
+        m.grafana_dashboard('{"title": "x", "panels": [], "pad": "' + "x" * m.CONFIGMAP_MAX_BYTES + '"}', "d.json")
