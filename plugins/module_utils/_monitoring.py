@@ -189,7 +189,7 @@ _ALERT_SETTINGS = {
 }
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 ALERT_NAMES = ("DCGMExporterTargetDown", "GPUXidError", "GPUTemperatureHigh", "GPUMemoryTemperatureHigh",
-           "GPUEccDoubleBitErrors", "GPURowRemapFailure", "GPUFramebufferNearlyFull", "GPUNodeGPUsNotReported")
+               "GPUEccDoubleBitErrors", "GPURowRemapFailure", "GPUFramebufferNearlyFull", "GPUNodeGPUsNotReported")
 
 
 def _check_alert_settings(settings: dict) -> dict:

@@ -55,7 +55,7 @@ def _ignore_404(call, *args, **kwargs) -> None:
 def delete_monitoring_crds(ext: client.ApiextensionsV1Api) -> None:
     for crd in MONITORING_CRDS:
         _ignore_404(ext.delete_custom_resource_definition, crd)
-    for _ in range(150):
+    for _attempt in range(150):
         names = {c.metadata.name for c in ext.list_custom_resource_definition().items}
         if not names & set(MONITORING_CRDS):
             return
@@ -69,7 +69,7 @@ def apply_monitoring_crds(ext: client.ApiextensionsV1Api) -> None:
     res = subprocess.run(["kubectl", "apply", "--server-side", "-f", str(CRD_DIR)], capture_output=True, text=True,
                          check=False, env={**os.environ, "KUBECONFIG": str(ROOT / ".lab" / "kubeconfig")})
     assert res.returncode == 0, res.stderr
-    for _ in range(150):
+    for _attempt in range(150):
         crds = [c for c in ext.list_custom_resource_definition().items if c.metadata.name in MONITORING_CRDS]
         if len(crds) == len(MONITORING_CRDS) and all(
                 any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []) for crd in crds):
@@ -88,7 +88,7 @@ def namespace(core):
     """The test namespace, absent before the module's tests and deleted after them."""
     def delete():
         _ignore_404(core.delete_namespace, NS)
-        for _ in range(300):
+        for _attempt in range(300):
             try:
                 core.read_namespace(NS)
             except client.ApiException as exc:
@@ -286,8 +286,8 @@ def test_service_monitor_always_without_the_crd_fails_clearly(namespace, no_crds
            "servicemonitors.monitoring.coreos.com" in out, out[-2000:]
 
 
-def test_wait_names_each_gpu_node_without_an_exporter_and_why(core, namespace, gpu_labelled, no_crds, temp_gpu_node,
-                                                               tmp_path):
+def test_wait_names_each_gpu_node_without_an_exporter_and_why(core, namespace, gpu_labelled, no_crds,
+                                                              temp_gpu_node, tmp_path):
     tainted = temp_gpu_node([{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}])
     res = role("dcgm_exporter", {"dcgm_exporter_namespace": NS, "dcgm_exporter_wait_timeout": 30,
                                  "dcgm_exporter_scrape_config_path": str(tmp_path / "s.yml")})
@@ -295,7 +295,7 @@ def test_wait_names_each_gpu_node_without_an_exporter_and_why(core, namespace, g
     out = flat(res.stdout)
     assert (f"{tainted}: no dcgm-exporter pod on this node: untolerated taint(s) dedicated=infra:NoSchedule"
             in out), out[-3000:]
-    tail = out.split("without a Ready exporter:")[-1]
+    tail = out.rsplit("without a Ready exporter:", maxsplit=1)[-1]
     assert all(f"{n}:" not in tail for n in GPU_NODES), tail
 
 

@@ -12,7 +12,8 @@ import yaml
 from kubernetes import client
 
 from conftest import ROOT
-from test_dcgm_exporter import (  # noqa: F401  (fixtures)
+# Fixtures (crds, ext, namespace, no_crds) are imported for pytest, which finds them by name.
+from test_dcgm_exporter import (  # noqa: F401  # pylint: disable=unused-import
     NS,
     PROMTOOL,
     SHARED,

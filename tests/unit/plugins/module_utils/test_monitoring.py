@@ -87,8 +87,8 @@ def test_problems_name_each_gpu_node_and_why():
         node("gpu-unlabelled", labels={}, gpus=8),
         node("in-group-unlabelled", labels={}),
     ]
-    pods = [pod("e-ok", "ok"), pod("e-crash", "crashing", ready=False,
-                                  waiting={"reason": "CrashLoopBackOff", "message": "back-off 5m0s"})]
+    crash = {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}
+    pods = [pod("e-ok", "ok"), pod("e-crash", "crashing", ready=False, waiting=crash)]
     problems = m.daemonset_node_problems(nodes, DS, pods, ["in-group-unlabelled", "ghost"], "dcgm-exporter pod")
     assert problems == {
         "tainted": "no dcgm-exporter pod on this node: untolerated taint(s) dedicated=infra:NoSchedule",
