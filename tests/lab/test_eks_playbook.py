@@ -12,7 +12,6 @@ import os
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -184,12 +183,12 @@ class EksPlaybook:
 
     def __call__(self, *args: str, **extra) -> tuple[int, str, dict]:
         proc = self.start(*args, **extra)
-        out, _ = proc.communicate(timeout=600)
+        out = proc.communicate(timeout=600)[0]
         return proc.returncode, out, recap(out).get("localhost", {})
 
 
-def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(core, namespace, endpoint, aws, network,
-                                                                       cluster, asg_with_nodegroup):
+def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
+        core, namespace, endpoint, aws, network, cluster, asg_with_nodegroup):  # pylint: disable=unused-argument
     pool = namespace[-6:]
     labels = {"role": "train-gpu", "k8sgpu-test/pool": namespace}
     dp_label = f"k8sgpu-test/eks-device-plugin-{pool}"
@@ -226,7 +225,7 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(core, na
     assert t_taints == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     with FakeAutoscaler(core, node_prefix=f"k8sgpu-eks-{pool}", labels=t_labels, taints=t_taints, gpus=t_gpus,
                         node_selector=labels, namespaces=[namespace], delay=2.0, scale_down_after=2.0) as ca:
-        out, _ = proc.communicate(timeout=600)
+        out = proc.communicate(timeout=600)[0]
         assert proc.returncode == 0, out[-9000:]
         assert "nodegroup pool: PASSED - completed_no_logs on k8sgpu-eks-" in out, out[-3000:]
         first = ca.scale_ups[0]

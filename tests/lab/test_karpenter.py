@@ -19,13 +19,11 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from ansible_output import recap
@@ -373,8 +371,8 @@ class TestKarpenterKwok:
         assert labels["role"] == "train-gpu" and labels["karpenter.sh/capacity-type"] == "spot"
         assert labels["node.kubernetes.io/instance-type"] == "g6.xlarge"     # the cheapest GPU type allowed
         assert node.status.allocatable["nvidia.com/gpu"] == "1"
-        assert {(t.key, t.effect) for t in node.spec.taints or []} >= {("nvidia.com/gpu", "NoSchedule"),
-                                                                        (TEST_TAINT["key"], "NoSchedule")}
+        taints = {(t.key, t.effect) for t in node.spec.taints or []}
+        assert taints >= {("nvidia.com/gpu", "NoSchedule"), (TEST_TAINT["key"], "NoSchedule")}
 
         # The NodePool's nvidia.com/gpu limit (1) is reached: a second GPU pod gets no second node.
         core.create_namespaced_pod(namespace, pod("second", pool))
@@ -417,7 +415,7 @@ class TestKarpenterKwok:
                        "-e", json.dumps({**extra, **more}), *args])
             return res.returncode, res.stdout + res.stderr, recap(res.stdout).get("localhost", {})
 
-        rc, out, _ = eks()
+        rc, out = eks()[:2]
         assert rc == 0, out[-5000:] + karpenter.logs()[-3000:]
         assert "karpenter pool: PASSED - completed_no_logs on " in out, out[-3000:]
         nodes = pool_nodes(core, pool)
