@@ -132,7 +132,9 @@ def wait_running(core, policy) -> dict[str, str]:
 def upgrade(inv_dir: Path) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-           "K8SGPU_LAB_STATE": str(LAB_STATE)}
+           "K8SGPU_LAB_STATE": str(LAB_STATE),
+           # Each task's time, to split the driver step into apt/DKMS and the reboot.
+           "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"}
     # Two DKMS builds one after the other: conftest.run's 600 s are too few.
     res = subprocess.run(["ansible-playbook", "-i", str(inv_dir / "hosts.yml"), "playbooks/upgrade.yml",
                           "-e", f"driver_version={TO}",
@@ -141,6 +143,33 @@ def upgrade(inv_dir: Path) -> tuple[subprocess.CompletedProcess, float]:
                           "-e", "k8sgpu_install_container_toolkit=false"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=5400, check=False)
     return res, time.monotonic() - started
+
+
+def task_seconds(out: str) -> list[tuple[str, float]]:
+    """(task, seconds) in run order, from profile_tasks' line under each banner (the time of the task before it)."""
+    times, previous, banner = [], None, None
+    for line in out.splitlines():
+        if match := re.match(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \*+$", line):
+            banner = match.group(1)
+        elif match := re.search(r"\((\d+):(\d+):(\d+(?:\.\d+)?)\)\s+\d+:\d+:\d+", line):
+            if previous is not None:
+                times.append((previous, int(match.group(1)) * 3600 + int(match.group(2)) * 60 + float(match.group(3))))
+            previous, banner = banner, None
+    return times
+
+
+def where_the_time_goes(out: str) -> dict[str, str]:
+    """Per serial batch (one host each): the apt/DKMS install and the reboot, from task_seconds."""
+    parts = {}
+    for batch in out.split("PLAY [")[1:]:
+        host = re.search(r"(\S+) upgraded in ", batch)
+        if host is None:
+            continue
+        times = task_seconds(batch)
+        apt = sum(t for task, t in times if task.endswith("Install the driver packages with apt"))
+        reboot = sum(t for task, t in times if task.endswith("Reboot into the new driver"))
+        parts[host.group(1)] = f"apt/DKMS {apt:.1f} s, reboot {reboot:.1f} s"
+    return parts
 
 
 def test_rolling_driver_upgrade_on_real_packages(lab, apis):
@@ -160,7 +189,7 @@ def test_rolling_driver_upgrade_on_real_packages(lab, apis):
     out = flat(res.stdout)
     assert res.returncode == 0, res.stdout[-6000:]
     steps = re.findall(r"(\S+) upgraded in (.*? s)(?= [A-Z]|$)", out)
-    print(f"\nfirst run: {wall:.0f} s wall; per host: {steps}")
+    print(f"\nfirst run: {wall:.0f} s wall; per host: {steps}; within the driver step: {where_the_time_goes(res.stdout)}")
     assert [host for host, _times in steps] == HOSTS, out[-3000:]
 
     # One Node out of service at a time, each once; both back in service, without our annotation.
