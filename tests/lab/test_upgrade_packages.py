@@ -67,6 +67,7 @@ def apis(kubeconfig):
 def lab(tmp_path_factory, apis):
     """The node containers from the starting image, their kwok Nodes, a Deployment with a budget; all removed after."""
     core, apps, policy = apis
+    wait_namespace_gone(core)
     try:
         cp = subprocess.run([str(ROOT / "lab/upgrade-nodes.sh"), "nodes", *HOSTS], capture_output=True, text=True,
                             check=False, env={**os.environ, "K8SGPU_LAB_STATE": str(LAB_STATE)})
@@ -106,6 +107,7 @@ def lab(tmp_path_factory, apis):
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
+        wait_namespace_gone(core)
         for host in HOSTS:
             try:
                 core.delete_node(host)
@@ -113,6 +115,19 @@ def lab(tmp_path_factory, apis):
                 if exc.status != 404:
                     raise
         subprocess.run(["docker", "rm", "-f", *HOSTS], capture_output=True, check=False)
+
+
+def wait_namespace_gone(core) -> None:
+    """A namespace being deleted (pods to remove first) cannot be created again: wait until it is gone."""
+    for _attempt in range(120):
+        try:
+            core.read_namespace(NS)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        time.sleep(1)
+    pytest.fail(f"namespace {NS} still exists 120 s after its deletion")
 
 
 def running_pods(core) -> dict[str, str]:
