@@ -20,7 +20,7 @@ description:
   - The install time (RV(module_time)) is the newest change time (C(ctime)) of a kernel module file named
     C(nvidia*.ko) (or C(.ko.xz), C(.ko.zst), C(.ko.gz)) under C(<modules_root>/<kernel>/), for every kernel - where
     DKMS installs what it built (C(updates/dkms/)) and where a distribution's prebuilt modules go. The change time,
-    not the modification time: dpkg gives unpacked files the package's modification time, while the change time
+    not the modification time, which dpkg takes from the package for the files it unpacks; the change time
     is when the file was written on this host.
   - Written because no builtin module gives a container's boot time (the C(uptime) facts read C(/proc/uptime), the
     host's) and M(ansible.builtin.find) would return every file's times for the comparison to be written in Jinja.
