@@ -248,3 +248,14 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
     assert aws["eks"].list_nodegroups(clusterName=cluster)["nodegroups"] == []
     rc, out, stats = play("--tags", "eks_teardown")
     assert rc == 0 and stats["changed"] == 0, out[-4000:]
+
+
+def test_eks_playbook_bad_settings_fail_before_any_call(endpoint):
+    play = EksPlaybook(endpoint, {"k8sgpu_eks_nodegroup": {"name": "gpu", "labels": {"role": "x"}},
+                                  "k8sgpu_eks_gpu_taints": [{"key": "nvidia.com/gpu", "effect": "NO_SCHEDULE"}]})
+    rc, out, stats = play()
+    assert rc != 0 and stats["failed"] == 1 and stats["changed"] == 0
+    msg = " ".join(out.split()).replace("''", "'")   # the YAML callback folds lines and doubles quotes
+    assert "k8sgpu_eks_cluster_name=' (required)" in msg, msg[-3000:]
+    assert "not keys of k8sgpu_eks_nodegroup" in msg
+    assert "k8sgpu_eks_gpu_taints effects ['NO_SCHEDULE'] (NoSchedule, NoExecute, PreferNoSchedule)" in msg
