@@ -146,8 +146,11 @@ build_pause() {
 # with their dependencies as wheels for the GPU machine's Python 3.12, and
 # kubernetes.core from the venv's ansible package (Galaxy is not reachable).
 PY_VERSION=3.12
+# Their dependencies at the venv's versions (pip freeze as constraints), so the
+# GPU machine runs what the tests here ran.
 wheel_pins() { grep -hE '^(ansible-core|kubernetes)==' requirements-dev.txt | sort; }
-wheels_dir() { echo "$K8SGPU_CACHE/k8s-node/wheels-py$PY_VERSION-$(wheel_pins | sha256sum | cut -c1-16)"; }
+wheel_constraints() { "$LAB_ROOT/.venv/bin/pip" freeze 2>/dev/null | grep -E '^[A-Za-z0-9_.-]+==' | sort; }
+wheels_dir() { echo "$K8SGPU_CACHE/k8s-node/wheels-py$PY_VERSION-$({ wheel_pins; wheel_constraints; } | sha256sum | cut -c1-16)"; }
 fetch_wheels() {
   local out; out=$(wheels_dir)
   if [ -f "$out/pins" ]; then log "wheels: cached in $out"; return; fi
@@ -156,11 +159,12 @@ fetch_wheels() {
   [ "${#pins[@]}" -eq 2 ] || die "requirements-dev.txt must pin ansible-core and kubernetes (found: ${pins[*]})"
   log "wheels: downloading ${pins[*]} and their dependencies for Python $PY_VERSION"
   rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+  wheel_constraints >"$out.tmp/constraints.txt"
   local platforms=() n
   for n in 17 27 28; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
   run_build "wheels" "$K8SGPU_CACHE/k8s-node/wheels.log" \
     $pip download -q --only-binary=:all: --python-version "$PY_VERSION" --implementation cp \
-      "${platforms[@]}" --platform manylinux2014_x86_64 -d "$out.tmp" "${pins[@]}"
+      "${platforms[@]}" --platform manylinux2014_x86_64 -c "$out.tmp/constraints.txt" -d "$out.tmp" "${pins[@]}"
   printf '%s\n' "${pins[@]}" >"$out.tmp/pins"
   rm -rf "$out"; mv "$out.tmp" "$out"
   log "wheels: $(ls "$out"/*.whl | wc -l) in $out"

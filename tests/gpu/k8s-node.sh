@@ -98,13 +98,13 @@ guard() {
   say "machine: $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), init $(ps -o comm= -p 1 2>/dev/null || echo ?)"
 }
 
+# eth0's IPv4 address (no `ip` binary on the GPU machine): SIOCGIFADDR.
 node_ip() {
-  python3 - <<'PY'
-import socket
-# The address of the interface with the default route (no `ip` binary on the GPU machine).
+  python3 - "${K8SNODE_IFACE:-eth0}" <<'PY' || die "no IPv4 address on ${K8SNODE_IFACE:-eth0} (set K8SNODE_IFACE)"
+import fcntl, socket, struct, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.connect(("192.0.2.1", 9))  # no packet is sent: UDP connect only picks the route
-print(s.getsockname()[0])
+req = struct.pack("256s", sys.argv[1].encode()[:15])
+print(socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24]))
 PY
 }
 
@@ -134,8 +134,6 @@ unpack() {
     fi
     say "part 2 unpacked: ctr, CNI $(ls "$CNI_BIN" | tr '\n' ' '), images' files, kubernetes.core, toolkit repository"
   fi
-  [ -x "$BIN/k8s-node" ] || die "no Kubernetes binary in $BIN: carry $one (lab/pack-k8s-node.sh) and run '$0 unpack' first"
-  [ -x "$BIN/ctr" ] || die "no ctr in $BIN: carry $two (lab/pack-k8s-node.sh)"
   say "unpacked in $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(now)") s"
 }
 
@@ -202,6 +200,8 @@ restart_containerd() {
 up() {
   guard
   [ -x "$BIN/k8s-node" ] && [ -x "$BIN/ctr" ] || unpack
+  [ -x "$BIN/k8s-node" ] || die "no Kubernetes binary in $BIN: carry $BUNDLE/1 (lab/pack-k8s-node.sh) and run '$0 unpack' first"
+  [ -x "$BIN/ctr" ] || die "no ctr in $BIN: carry $BUNDLE/2 (lab/pack-k8s-node.sh)"
   python_env
   rm -f "$STATE/times"; mkdir -p "$STATE" "$LOGS" "$PIDS"
   NODE_IP=$(node_ip); NODE_NAME=$(uname -n | tr '[:upper:]' '[:lower:]')
@@ -292,8 +292,11 @@ cgroup_root() {
 
 down() {
   say "stopping (prefix '${P:-/}')"
+  stop watch; stop kubelet
   pkill_pods
-  for n in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd containerd watch; do stop "$n"; done
+  for n in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop "$n"; done
+  # Any process left in the kubelet's cgroups is a pod's: only ours are there.
+  find /sys/fs/cgroup -path '*/k8sgpu-node*' -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null
   if [ -f "$STATE/sysctls.saved" ]; then
     while read -r s v; do echo "$v" >"/proc/sys/$s" 2>/dev/null; done <"$STATE/sysctls.saved"
   fi
@@ -315,7 +318,7 @@ pkill_pods() {
   for id in $ids; do ctr -a "$CONTAINERD_SOCK" -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1; done
   sleep 1
   for id in $ids; do ctr -a "$CONTAINERD_SOCK" -n k8s.io tasks delete -f "$id" >/dev/null 2>&1; done
-  ps -eo pid=,args= | awk -v s="$CONTAINERD_SOCK" 'index($0, "containerd-shim") && index($0, s) {print $1}' | xargs -r kill -9
+  ps -eo pid=,args= | awk -v s="$CONTAINERD_SOCK" 'index($0, "containerd-shim") && index($0, s) {print $1}' | xargs -r kill -9 2>/dev/null
 }
 
 case "$MODE" in

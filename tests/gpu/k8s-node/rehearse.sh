@@ -2,14 +2,36 @@
 # Sourced by tests/gpu/k8s-node.sh rehearse: the non-GPU part on a machine
 # without a GPU. The cluster comes up (real etcd, API server, controllers,
 # scheduler, containerd, runc, CNI bridge and kubelet; the images built and
-# imported as on the GPU machine), a plain pod runs on the real kubelet, and
-# the cuda-vector-add pod, given no GPU, fails saying why. Everything is
-# stopped and removed at the end, also on failure.
-trap down EXIT
+# imported as on the GPU machine); the collection's container_runtime_config
+# module makes the NVIDIA runtime containerd's default (the toolkit's binaries
+# unpacked under the prefix, not installed), containerd is restarted as the GPU
+# run does, and then a plain pod runs on the real kubelet through
+# nvidia-container-runtime and runc, and the cuda-vector-add Job, given no GPU,
+# fails saying why (its log kept by watch.py). Everything is stopped and
+# removed at the end, also on failure.
+[ -n "${K8SNODE_KEEP:-}" ] || trap down EXIT
 mkdir -p "$OUT"
 up
+python3 tests/gpu/k8s-node/watch.py "$KUBECONFIG" "$OUT/timeline.jsonl" --logs "$STATE/podlogs" &
+echo $! >"$PIDS/watch.pid"
+
+toolkit=$P/toolkit
+mkdir -p "$toolkit"
+for deb in "$K8SNODE_ROOT"/toolkit-repo/libnvidia-container/stable/deb/amd64/nvidia-container-toolkit{-base,}_*.deb; do
+  dpkg-deb -x "$deb" "$toolkit"
+done
+args=$(python3 -c 'import json, sys; print(json.dumps(dict(runtime="containerd", config_path=sys.argv[1], drop_in_path=sys.argv[2],
+  nvidia_ctk=sys.argv[3] + "/usr/bin/nvidia-ctk", runtime_path=sys.argv[3] + "/usr/bin/nvidia-container-runtime",
+  set_as_default=True, backup_dir=sys.argv[4])))' "$CONTAINERD_CONFIG" "$CONTAINERD_DROP_IN" "$toolkit" "$STATE/backups")
+ANSIBLE_CONFIG=$REPO/ansible.cfg ansible localhost -m k8sgpu.nvidia.container_runtime_config -a "$args" >"$OUT/runtime-config.txt" 2>&1 \
+  || { cat "$OUT/runtime-config.txt"; die "container_runtime_config failed"; }
+grep -q "CHANGED" "$OUT/runtime-config.txt" || { cat "$OUT/runtime-config.txt"; die "container_runtime_config changed nothing"; }
+PATH=$toolkit/usr/bin:$PATH restart_containerd
+mark containerd_restarted
+say "containerd restarted with the nvidia runtime as its default ($CONTAINERD_DROP_IN)"
+
 mark rehearsal_pods
-cat <<YAML | kubectl apply -f - >/dev/null || die "creating the rehearsal pods failed"
+cat <<YAML | kubectl apply -f - >/dev/null || die "creating the rehearsal pod and Job failed"
 apiVersion: v1
 kind: Pod
 metadata: {name: rehearsal-pause, namespace: default}
@@ -17,33 +39,38 @@ spec:
   containers:
     - {name: pause, image: $PAUSE_IMAGE, imagePullPolicy: IfNotPresent}
 ---
-apiVersion: v1
-kind: Pod
+apiVersion: batch/v1
+kind: Job
 metadata: {name: rehearsal-vectoradd, namespace: default}
 spec:
-  restartPolicy: Never
-  containers:
-    - {name: cuda-vector-add, image: $VERIFY_IMAGE, imagePullPolicy: IfNotPresent}
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - {name: cuda-vector-add, image: $VERIFY_IMAGE, imagePullPolicy: IfNotPresent}
 YAML
 kubectl wait --for jsonpath='{.status.phase}'=Running --timeout 90s pod/rehearsal-pause >/dev/null \
   || { kubectl describe pod rehearsal-pause; tail -n 30 "$LOGS/kubelet.log"; die "the pause pod did not run"; }
-kubectl wait --for jsonpath='{.status.phase}'=Failed --timeout 90s pod/rehearsal-vectoradd >/dev/null \
-  || { kubectl describe pod rehearsal-vectoradd; die "the cuda-vector-add pod did not fail"; }
+kubectl wait --for condition=Failed --timeout 90s job/rehearsal-vectoradd >/dev/null \
+  || { kubectl describe job,pod -l job-name=rehearsal-vectoradd; die "the cuda-vector-add Job did not fail"; }
+sleep 1  # watch.py's next poll saves the pod's log
+cid=$(kubectl get pod rehearsal-pause -o jsonpath='{.status.containerStatuses[0].containerID}')
 {
   echo "== nodes"; kubectl get nodes -o wide
   echo "== pods"; kubectl get pods -A -o wide
-  echo "== rehearsal-vectoradd log (no GPU allocated: must fail loading libcuda.so.1)"
-  kubectl logs rehearsal-vectoradd
+  echo "== the pause container's runtime (containerd's default: nvidia)"
+  ctr -a "$CONTAINERD_SOCK" -n k8s.io containers info "${cid#containerd://}" | python3 -c 'import base64, json, re, sys
+r = json.load(sys.stdin)["Runtime"]  # the runc shim options (protobuf): BinaryName is the OCI runtime it runs
+m = re.search(rb"/[!-~]+", base64.b64decode(r["Options"]["value"]))
+print(r["Name"], "runs", m.group().decode() if m else "runc (no BinaryName)")'
+  echo "== the cuda-vector-add Job's log, kept by watch.py (no GPU allocated: must fail loading libcuda.so.1)"
+  cat "$STATE"/podlogs/default_rehearsal-vectoradd-*.log
 } 2>&1 | tee "$OUT/rehearsal.txt"
+grep -q 'nvidia-container-runtime' "$OUT/rehearsal.txt" || die "the pause container did not run through nvidia-container-runtime"
 grep -q 'Failed to load libcuda.so.1' "$OUT/rehearsal.txt" || die "the cuda-vector-add log does not say why it failed"
 ip=$(kubectl get pod rehearsal-pause -o jsonpath='{.status.podIP}')
 case "$ip" in 10.244.0.*) ;; *) die "the pause pod's IP '$ip' is not from the CNI bridge's 10.244.0.0/24" ;; esac
-python3 - "$STATE/times" <<'PY' | tee -a "$OUT/rehearsal.txt"
-import sys
-t = dict(line.split() for line in open(sys.argv[1]))
-t = {k: float(v) for k, v in t.items()}
-for k in ("apiserver_ready", "containerd_ready", "images_imported", "kubelet_start", "node_registered", "node_ready", "rehearsal_pods"):
-    print(f"{k:18s} +{t[k] - t['start']:6.1f} s")
-print(f"kubelet start -> Node Ready: {t['node_ready'] - t['kubelet_start']:.1f} s")
-PY
-echo "REHEARSAL PASSED: pause pod Running at $ip; cuda-vector-add failed without a GPU, saying why" | tee -a "$OUT/rehearsal.txt"
+stop watch
+python3 tests/gpu/k8s-node/measure.py "$STATE/times" "$OUT/timeline.jsonl" "$STATE/podlogs" "$NODE_NAME" | tee -a "$OUT/rehearsal.txt"
+echo "REHEARSAL PASSED: pause pod Running at $ip through nvidia-container-runtime; cuda-vector-add failed without a GPU, saying why" | tee -a "$OUT/rehearsal.txt"

@@ -6,9 +6,10 @@ one JSON line per change, with this machine's clock (time.time()):
   node   NAME ready=True|False gpu=<nvidia.com/gpu allocatable or null>
   pod    NS/NAME phase=... container=waiting:REASON|running|terminated:REASON (plus startedAt/finishedAt)
   job    NS/NAME complete=True|False failed=...
-Runs until killed (SIGTERM) or until --until-file exists.
+With --logs DIR, a pod's log is saved to DIR/NAMESPACE_POD.log when its
+container ends (a Job's pod, before the Job is deleted). Runs until killed.
 
-    watch.py KUBECONFIG OUT.jsonl [--interval 0.2]
+    watch.py KUBECONFIG OUT.jsonl [--interval 0.2] [--logs DIR]
 """
 from __future__ import annotations
 
@@ -50,11 +51,24 @@ def snapshot(core: client.CoreV1Api, batch: client.BatchV1Api) -> dict[str, dict
     return state
 
 
+def save_log(core: client.CoreV1Api, key: str, directory: str) -> None:
+    _, ns, name = key.split("/", 2)
+    try:
+        # The raw body: kubernetes 36's decoded one is str(bytes), "b'...'".
+        text = core.read_namespaced_pod_log(name, ns, _preload_content=False).data.decode("utf-8", "replace")
+    except Exception as e:  # deleted already: say so in the file
+        text = f"(log not read: {str(e)[:200]})\n"
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{ns}_{name}.log"), "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("kubeconfig")
     ap.add_argument("out")
     ap.add_argument("--interval", type=float, default=0.2)
+    ap.add_argument("--logs")
     a = ap.parse_args(argv[1:])
     config.load_kube_config(a.kubeconfig)
     core, batch = client.CoreV1Api(), client.BatchV1Api()
@@ -72,6 +86,8 @@ def main(argv: list[str]) -> int:
             for key, val in now_state.items():
                 if last.get(key) != val:
                     out.write(json.dumps({"t": t, "key": key, **val}) + "\n")
+                    if a.logs and key.startswith("pod/") and str(val.get("container")).startswith("terminated"):
+                        save_log(core, key, a.logs)
             for key in last.keys() - now_state.keys():
                 out.write(json.dumps({"t": t, "key": key, "deleted": True}) + "\n")
             last = now_state

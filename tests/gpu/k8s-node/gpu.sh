@@ -1,0 +1,119 @@
+# shellcheck shell=bash
+# Sourced by tests/gpu/k8s-node.sh (gpu mode): the cluster, then the
+# collection's playbooks in site.yml's order against it, then time-slicing.
+# $OUT gets at most 8 files (what the GPU machine's tool brings back):
+#   run.log          everything this run printed (host, cluster start, steps)
+#   playbooks.log    every ansible-playbook run in full, with its PLAY RECAP
+#   nodes.txt        kubectl get nodes -o wide, capacity/allocatable, labels, pods
+#   device-plugin.log  the device plugin pod's log (1 GPU, then 4 replicas)
+#   job.log          the cuda-vector-add Jobs' own pod logs, and the module's result
+#   timeline.jsonl   watch.py's timeline (Node, pods, Jobs, with times)
+#   bench.txt        the measurements (measure.py)
+#   logs.tar.xz      the last lines of each daemon's log
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+PLAYLOG=$OUT/playbooks.log
+: >"$PLAYLOG"
+
+collect() {
+  local rc=$?
+  set +e
+  stop watch
+  cat "$STATE"/podlogs/*.log >/dev/null 2>&1 && for f in "$STATE"/podlogs/*.log; do echo "== $(basename "$f")"; cat "$f"; done >>"$OUT/job.log"
+  python3 tests/gpu/k8s-node/measure.py "$STATE/times" "$OUT/timeline.jsonl" "$STATE/podlogs" "${NODE_NAME:-?}" 2>&1 | tee "$OUT/bench.txt"
+  (cd "$LOGS" && for f in *.log; do tail -n 3000 "$f" >"$STATE/tail-$f"; done
+   tar -C "$STATE" -cJf "$OUT/logs.tar.xz" $(cd "$STATE" && ls tail-*.log) 2>/dev/null)
+  echo "== exit status $rc"
+}
+trap collect EXIT
+
+# A second run on the same (still held) machine starts from a new cluster.
+if ls "$PIDS"/*.pid >/dev/null 2>&1; then
+  say "processes of an earlier run: stopping them, removing its cluster state and containerd configuration"
+  down
+  rm -rf "$STATE/etcd" "$STATE/facts" "$STATE/podlogs" "$CONTAINERD_CONFIG" "$CONTAINERD_DROP_IN"
+fi
+{ echo "== host"; uname -a; nvidia-smi -L; head -1 /proc/driver/nvidia/version; python3 --version
+  echo "cgroup: $(stat -fc %T /sys/fs/cgroup), controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"; nproc; free -g | head -2; }
+up
+python3 tests/gpu/k8s-node/watch.py "$KUBECONFIG" "$OUT/timeline.jsonl" --logs "$STATE/podlogs" &
+echo $! >"$PIDS/watch.pid"
+ansible --version | head -1
+
+# The toolkit's packages, put in place with dpkg as an image build would
+# (Ansible's apt module needs python3-apt, which this machine lacks); the role
+# must find them and not call apt (as tests/gpu/run.sh).
+dpkg -i "$K8SNODE_ROOT"/toolkit-repo/libnvidia-container/stable/deb/amd64/nvidia-container-toolkit{-base,}_*.deb | tail -n 2
+
+cat >"$STATE/vars.yml" <<YAML
+k8sgpu_kubeconfig: $PKI/admin.kubeconfig
+k8sgpu_node_name: $NODE_NAME
+driver_branch: "580"
+container_toolkit_repo_url: file://$K8SNODE_ROOT/toolkit-repo/libnvidia-container
+container_toolkit_repo_key: "{{ lookup('ansible.builtin.file', '$K8SNODE_ROOT/toolkit-repo/libnvidia-container/gpgkey') }}"
+container_toolkit_repo_proxy: ""
+container_toolkit_runtimes: [containerd]
+container_toolkit_containerd_config: $CONTAINERD_CONFIG
+container_toolkit_containerd_drop_in: $CONTAINERD_DROP_IN
+verify_image: $VERIFY_IMAGE
+device_plugin_wait_timeout: 180
+verify_timeout: 180
+YAML
+
+# Each playbook is its own ansible-playbook run (containerd is restarted between
+# host.yml and kubernetes.yml), so the GPU facts that preflight and host gather
+# reach node_labels through a fact cache, as a site running them apart would.
+export ANSIBLE_CACHE_PLUGIN=jsonfile ANSIBLE_CACHE_PLUGIN_CONNECTION=$STATE/facts ANSIBLE_CACHE_PLUGIN_TIMEOUT=86400
+
+# play NAME PLAYBOOK [ARGS...]: run, log in full, time it.
+play() {
+  local name=$1 book=$2 t0 rc; shift 2
+  echo "===== $name: ansible-playbook $book $*" | tee -a "$PLAYLOG"
+  t0=$(now)
+  ansible-playbook -i tests/gpu/k8s-node/inventory.yml -e "@$STATE/vars.yml" "$book" "$@" >>"$PLAYLOG" 2>&1; rc=$?
+  mark "play_${name}_end"; echo "play_${name}_start $t0" >>"$STATE/times"
+  sed -n '/^PLAY RECAP/,/^$/p' "$PLAYLOG" | tail -n 3
+  echo "===== $name: rc=$rc, $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(now)") s" | tee -a "$PLAYLOG"
+  return $rc
+}
+containerd_sum() { cat "$CONTAINERD_CONFIG" "$CONTAINERD_DROP_IN" 2>/dev/null | sha256sum; }
+nodes() {
+  echo "===== $1"
+  kubectl get nodes -o wide
+  kubectl get node "$NODE_NAME" -o jsonpath='capacity: {.status.capacity}{"\n"}allocatable: {.status.allocatable}{"\n"}'
+  kubectl get node "$NODE_NAME" -o go-template='labels:{{range $k, $v := .metadata.labels}}{{"\n  "}}{{$k}}={{$v}}{{end}}{{"\n"}}'
+  kubectl get pods -A -o wide
+}
+
+echo "== site.yml's order, step by step (containerd restarted by this script after host.yml: no systemd)"
+mark site_first_start
+play preflight playbooks/preflight.yml || die "preflight failed (playbooks.log)"
+before=$(containerd_sum)
+play host playbooks/host.yml || die "host.yml failed (playbooks.log)"
+if [ "$(containerd_sum)" != "$before" ]; then
+  echo "containerd's configuration changed (the role's drop-in): restarting containerd, as the role's handler would with systemd"
+  restart_containerd; mark containerd_restarted
+  { echo "== $CONTAINERD_CONFIG"; cat "$CONTAINERD_CONFIG"; echo "== $CONTAINERD_DROP_IN"; cat "$CONTAINERD_DROP_IN"; } >>"$PLAYLOG"
+fi
+play kubernetes playbooks/kubernetes.yml || { nodes "after kubernetes.yml (failed)" >>"$OUT/nodes.txt"; die "kubernetes.yml failed (playbooks.log)"; }
+nodes "after kubernetes.yml: the device plugin deployed" | tee -a "$OUT/nodes.txt"
+kubectl -n kube-system logs ds/nvidia-device-plugin-daemonset >"$OUT/device-plugin.log" 2>&1
+play verify playbooks/verify.yml -v
+mark site_first_end
+
+echo "== the whole site.yml again (everything in place: the steady-state wall time, changed=0 expected but for the verify Job)"
+mark site_start
+play site site.yml
+mark site_end
+
+echo "== time-slicing: 4 replicas, the Node must advertise nvidia.com/gpu: 4"
+mark slicing_start
+play slicing playbooks/kubernetes.yml -e device_plugin_time_slicing_replicas=4
+for _ in $(seq 120); do
+  [ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 4 ] && break; sleep 1
+done
+mark slicing_gpu4
+nodes "after time-slicing with 4 replicas" | tee -a "$OUT/nodes.txt"
+{ echo "===== device plugin pod log, time-slicing (4 replicas)"; kubectl -n kube-system logs ds/nvidia-device-plugin-daemonset; } >>"$OUT/device-plugin.log" 2>&1
+[ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 4 ] || die "the Node does not advertise nvidia.com/gpu: 4"
+echo "K8S-NODE PASSED"
