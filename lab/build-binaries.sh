@@ -200,4 +200,10 @@ main() {
     *) die "usage: $0 [all|kubernetes|etcd|kwok|toolkit|crio-config|prometheus|adapter|karpenter]" ;;
   esac
 }
+# One builder at a time per cache: `make test` starts one early in the
+# background (prebuild) and `lab.sh up` runs its own, which then waits here
+# and finds everything cached.
+mkdir -p "$K8SGPU_CACHE"
+exec 9>"$K8SGPU_CACHE/.build-binaries.lock"
+flock 9
 main "$@"
