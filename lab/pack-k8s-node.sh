@@ -97,13 +97,14 @@ build_device_plugin() {
 # the RuntimeConfig call and takes the cgroup driver from its own config),
 # runc, the CNI plugins, and glibc/ldconfig for the images' root file systems.
 DEBIAN_PACKAGES=(containerd runc containernetworking-plugins libc6 libc-bin)
+DEBIAN_RECIPE=2  # bump when fetch_debian takes other files
 debian_dir() {
   local key
   key=$(for p in "${DEBIAN_PACKAGES[@]}"; do
           apt-cache show --no-all-versions "$p" | awk -v p="$p" '/^Version:/ {print p "_" $2}'
         done | sort | tr '\n' '+' | sed 's/+$//')
   [ -n "$key" ] || die "apt-cache knows none of ${DEBIAN_PACKAGES[*]}: run apt-get update (Debian 12 sources)"
-  echo "$K8SGPU_CACHE/k8s-node/debian-$(echo "$key" | sha256sum | cut -c1-16)"
+  echo "$K8SGPU_CACHE/k8s-node/debian-$(echo "$key+$DEBIAN_RECIPE" | sha256sum | cut -c1-16)"
 }
 fetch_debian() {
   local out; out=$(debian_dir)
@@ -118,7 +119,9 @@ fetch_debian() {
   cp "$r"/usr/lib/cni/{bridge,host-local,loopback} "$out.tmp/cni/"
   # An image root file system's C library part (paths as in Debian).
   mkdir -p "$out.tmp/libc/lib/x86_64-linux-gnu" "$out.tmp/libc/lib64" "$out.tmp/libc/sbin" "$out.tmp/libc/etc/ld.so.conf.d"
-  cp "$r"/lib/x86_64-linux-gnu/{ld-linux-x86-64.so.2,libc.so.6,libm.so.6} "$out.tmp/libc/lib/x86_64-linux-gnu/"
+  # All of libc6's libraries: the driver's libcuda.so.1 and libnvidia-ml.so.1,
+  # mounted in by the toolkit, also need libdl.so.2, libpthread.so.0 and librt.so.1.
+  cp "$r"/lib/x86_64-linux-gnu/*.so* "$out.tmp/libc/lib/x86_64-linux-gnu/"
   ln -s /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$out.tmp/libc/lib64/ld-linux-x86-64.so.2"
   cp "$r/sbin/ldconfig" "$out.tmp/libc/sbin/"
   cp "$r/etc/ld.so.conf" "$out.tmp/libc/etc/"; cp "$r"/etc/ld.so.conf.d/* "$out.tmp/libc/etc/ld.so.conf.d/"
@@ -175,7 +178,7 @@ pack() {
   local debian; debian=$(debian_dir)
   local one=$BUNDLE/1 two=$BUNDLE/2
   local stamp
-  stamp="k8s $K8S_VERSION ($(basename "$(k8s_node_bin_dir)")), etcd $ETCD_VERSION, device plugin $DEVICE_PLUGIN_VERSION, pause $PAUSE_VERSION, $(tr '\n' ' ' <"$debian/packages"), $(tr '\n' ' ' <"$(wheels_dir)/pins")"
+  stamp="$(basename "$debian") k8s $K8S_VERSION ($(basename "$(k8s_node_bin_dir)")), etcd $ETCD_VERSION, device plugin $DEVICE_PLUGIN_VERSION, pause $PAUSE_VERSION, $(tr '\n' ' ' <"$debian/packages"), $(tr '\n' ' ' <"$(wheels_dir)/pins")"
   if [ -f "$BUNDLE/stamp" ] && [ "$(cat "$BUNDLE/stamp")" = "$stamp" ] && [ -f "$two/images.tar.xz" ]; then
     log "bundle: up to date in $BUNDLE"
   else

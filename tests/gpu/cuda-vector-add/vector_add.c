@@ -77,8 +77,8 @@ static void load_driver(void)
 {
     library = dlopen("libcuda.so.1", RTLD_NOW);
     if (library == NULL) {
-        fprintf(stderr, "Failed to load libcuda.so.1 (%s): the container has no NVIDIA driver library; run it with the nvidia "
-                        "runtime and a GPU allocated (resources: limits: nvidia.com/gpu: 1)\n", dlerror());
+        fprintf(stderr, "Failed to load libcuda.so.1 (%s): the container lacks the NVIDIA driver library or a library it "
+                        "needs; run it with the nvidia runtime and a GPU allocated (resources: limits: nvidia.com/gpu: 1)\n", dlerror());
         exit(EXIT_FAILURE);
     }
     *(void **)&cu.GetErrorName = dlsym(library, "cuGetErrorName");
