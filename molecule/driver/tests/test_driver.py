@@ -3,29 +3,43 @@ from __future__ import annotations
 
 import json
 
-BRANCH = {"molecule-driver-debian12": "535."}
+# Per host: the branch, and the packages (driver, kernel module, the other flavour's, smi) the role installs there.
+# Debian 12: the suite's nvidia-driver 535; driver_kernel_modules=auto without a GPU in sysfs (an image build) gives
+# open. Debian 13 with driver_branch "535": the suite's Tesla 535 packages, whose kernel module is proprietary only.
+HOSTS = {
+    "molecule-driver-debian12": ("535.", "nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-kernel-dkms", "nvidia-smi",
+                                 "open"),
+    "molecule-driver-debian13": ("535.274.02", "nvidia-tesla-535-driver", "nvidia-tesla-535-kernel-dkms",
+                                 "nvidia-open-kernel-dkms", "nvidia-tesla-535-smi", "proprietary"),
+}
+
+
+def wanted(host) -> tuple[str, str, str, str, str, str]:
+    return HOSTS[host.backend.get_hostname()]
 
 
 def test_packages_installed_from_the_wanted_branch(host):
-    pkg = host.package("nvidia-driver")
-    assert pkg.is_installed and pkg.version.startswith(BRANCH[host.backend.get_hostname()])
-    # driver_kernel_modules=auto without a GPU in sysfs (an image build): open.
-    assert host.package("nvidia-open-kernel-dkms").is_installed
-    assert not host.package("nvidia-kernel-dkms").is_installed
+    branch, driver, kernel, other_kernel, _smi, _flavour = wanted(host)
+    pkg = host.package(driver)
+    assert pkg.is_installed and pkg.version.startswith(branch)
+    assert host.package(kernel).is_installed
+    assert not host.package(other_kernel).is_installed
 
 
 def test_converged_run_keeps_the_installed_flavour(host):
     # The last run (idempotence) found no loaded module and chose by dpkg's installed package of the branch.
+    _branch, _driver, kernel, other_kernel, _smi, flavour = wanted(host)
     result = json.loads(host.file("/var/tmp/k8sgpu-driver-result.json").content_string)
-    version = host.package("nvidia-open-kernel-dkms").version
-    assert result["kernel_modules"] == "open"
-    assert result["kernel_modules_reason"] == f"auto: keeps the installed nvidia-open-kernel-dkms {version}"
-    assert "nvidia-open-kernel-dkms" in result["packages"] and "nvidia-kernel-dkms" not in result["packages"]
+    version = host.package(kernel).version
+    assert result["kernel_modules"] == flavour
+    assert result["kernel_modules_reason"] == f"auto: keeps the installed {kernel} {version}"
+    assert kernel in result["packages"] and other_kernel not in result["packages"]
 
 
 def test_packages_held(host):
     # Every nvidia package the role installs (k8sgpu.nvidia.dpkg_packages), not gcc nor the headers.
-    held = host.check_output("dpkg --get-selections nvidia-driver nvidia-open-kernel-dkms nvidia-smi nvidia-persistenced")
+    _branch, driver, kernel, _other, smi, _flavour = wanted(host)
+    held = host.check_output(f"dpkg --get-selections {driver} {kernel} {smi} nvidia-persistenced")
     assert len(held.splitlines()) == 4 and all(line.split()[1] == "hold" for line in held.splitlines()), held
     assert host.check_output("dpkg --get-selections gcc").split()[1] == "install"
 
@@ -56,5 +70,5 @@ def test_sources_signed_by_and_proxy(host):
 def test_reported_reboot_required_not_failure(host):
     result = json.loads(host.file("/var/tmp/k8sgpu-driver-result.json").content_string)
     assert result["status"] == "installed_reboot_required" and result["reboot_required"] is True
-    assert result["version"].startswith(BRANCH[host.backend.get_hostname()])
+    assert result["version"].startswith(wanted(host)[0])
     assert not host.file("/proc/driver/nvidia/version").exists
