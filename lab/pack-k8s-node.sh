@@ -157,7 +157,7 @@ wheels_dir() { echo "$K8SGPU_CACHE/k8s-node/wheels-py$PY_VERSION-$({ wheel_pins;
 fetch_wheels() {
   local out; out=$(wheels_dir)
   if [ -f "$out/pins" ]; then log "wheels: cached in $out"; return; fi
-  local pip="$LAB_ROOT/.venv/bin/pip"; [ -x "$pip" ] || pip="python3 -m pip"
+  local pip=("$LAB_ROOT/.venv/bin/pip"); [ -x "${pip[0]}" ] || pip=(python3 -m pip)
   mapfile -t pins < <(wheel_pins)
   [ "${#pins[@]}" -eq 2 ] || die "requirements-dev.txt must pin ansible-core and kubernetes (found: ${pins[*]})"
   log "wheels: downloading ${pins[*]} and their dependencies for Python $PY_VERSION"
@@ -166,7 +166,7 @@ fetch_wheels() {
   local platforms=() n
   for n in 17 27 28; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
   run_build "wheels" "$K8SGPU_CACHE/k8s-node/wheels.log" \
-    $pip download -q --only-binary=:all: --python-version "$PY_VERSION" --implementation cp \
+    "${pip[@]}" download -q --only-binary=:all: --python-version "$PY_VERSION" --implementation cp \
       "${platforms[@]}" --platform manylinux2014_x86_64 -c "$out.tmp/constraints.txt" -d "$out.tmp" "${pins[@]}"
   printf '%s\n' "${pins[@]}" >"$out.tmp/pins"
   rm -rf "$out"; mv "$out.tmp" "$out"

@@ -24,7 +24,7 @@ collect() {
   cat "$STATE"/podlogs/*.log >/dev/null 2>&1 && for f in "$STATE"/podlogs/*.log; do echo "== $(basename "$f")"; cat "$f"; done >>"$OUT/job.log"
   python3 tests/gpu/k8s-node/measure.py "$STATE/times" "$OUT/timeline.jsonl" "$STATE/podlogs" "${NODE_NAME:-?}" 2>&1 | tee "$OUT/bench.txt"
   (cd "$LOGS" && for f in *.log; do tail -n 3000 "$f" >"$STATE/tail-$f"; done
-   tar -C "$STATE" -cJf "$OUT/logs.tar.xz" $(cd "$STATE" && ls tail-*.log) 2>/dev/null)
+   cd "$STATE" && tar -cJf "$OUT/logs.tar.xz" tail-*.log 2>/dev/null)
   echo "== exit status $rc"
 }
 trap collect EXIT

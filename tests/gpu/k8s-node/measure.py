@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Measurements of a tests/gpu/k8s-node.sh run, from its times file (the
 script's own marks), watch.py's timeline (API state polled every 0.2 s, so
 each time below is good to about 0.2 s) and the Jobs' pod logs.
@@ -36,7 +35,10 @@ def main(argv: list[str]) -> int:
     nk = f"node/{node}"
     gpu1 = first(lambda e: e["key"] == nk and e.get("gpu") not in (None, "0"))
     gpu4 = first(lambda e: e["key"] == nk and e.get("gpu") == "4")
-    dp = lambda e: e["key"].startswith("pod/kube-system/nvidia-device-plugin")  # noqa: E731
+
+    def dp(e: dict) -> bool:
+        return e["key"].startswith("pod/kube-system/nvidia-device-plugin")
+
     dp_seen = first(dp)
     dp_running = first(lambda e: dp(e) and e.get("container") == "running")
     print("== the Node advertising nvidia.com/gpu")
@@ -52,7 +54,10 @@ def main(argv: list[str]) -> int:
         ns, name = jk.split("/")[1:]
         created = first(lambda e: e["key"] == jk)
         complete = first(lambda e: e["key"] == jk and e.get("complete") == "True")
-        pk = lambda e: e["key"].startswith(f"pod/{ns}/{name}-")  # noqa: E731
+
+        def pk(e: dict, prefix: str = f"pod/{ns}/{name}-") -> bool:
+            return e["key"].startswith(prefix)
+
         pod_seen = first(pk)
         running = first(lambda e: pk(e) and e.get("container") == "running")
         ended = first(lambda e: pk(e) and str(e.get("container")).startswith("terminated"))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Assemble a one-layer container image as a Docker archive (`docker save`'s
 format), for `ctr -n k8s.io images import`, from files on this machine: no
 registry, no Docker. Used by tests/gpu/k8s-node.sh to build, on the GPU

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Certificates and kubeconfigs for tests/gpu/k8s-node.sh's one-node cluster.
 
 A throwaway cluster's PKI, made with the carried `cryptography` wheel (the GPU
@@ -111,8 +110,8 @@ def main(argv: list[str]) -> int:
     if not (d / "sa.key").exists():
         sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write(d / "sa.key", _key_pem(sa), 0o600)
-        _write(d / "sa.pub", sa.public_key().public_bytes(serialization.Encoding.PEM,
-                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+        public = sa.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        _write(d / "sa.pub", public)
     server = f"https://127.0.0.1:{port}"
     kubeconfig(d / "admin.kubeconfig", server, d / "ca.crt", d / "admin.crt", d / "admin.key", "admin")
     kubeconfig(d / "kubelet.kubeconfig", server, d / "ca.crt", d / "kubelet.crt", d / "kubelet.key", f"system:node:{node}")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Timeline of the one-node cluster for tests/gpu/k8s-node.sh's measurements.
 
 Polls the API server (kubernetes client, every --interval seconds) and writes
@@ -51,8 +50,12 @@ def snapshot(core: client.CoreV1Api, batch: client.BatchV1Api) -> dict[str, dict
     return state
 
 
+def _exit(signum: int, frame: object) -> None:
+    sys.exit(0)
+
+
 def save_log(core: client.CoreV1Api, key: str, directory: str) -> None:
-    _, ns, name = key.split("/", 2)
+    ns, name = key.split("/", 2)[1:]
     try:
         # The raw body: kubernetes 36's decoded one is str(bytes), "b'...'".
         text = core.read_namespaced_pod_log(name, ns, _preload_content=False).data.decode("utf-8", "replace")
@@ -72,7 +75,7 @@ def main(argv: list[str]) -> int:
     a = ap.parse_args(argv[1:])
     config.load_kube_config(a.kubeconfig)
     core, batch = client.CoreV1Api(), client.BatchV1Api()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, _exit)
     last: dict[str, dict] = {}
     with open(a.out, "a", encoding="utf-8", buffering=1) as out:
         while True:
