@@ -178,7 +178,7 @@ pack() {
   local debian; debian=$(debian_dir)
   local one=$BUNDLE/1 two=$BUNDLE/2
   local stamp
-  stamp="$(basename "$debian") k8s $K8S_VERSION ($(basename "$(k8s_node_bin_dir)")), etcd $ETCD_VERSION, device plugin $DEVICE_PLUGIN_VERSION, pause $PAUSE_VERSION, $(tr '\n' ' ' <"$debian/packages"), $(tr '\n' ' ' <"$(wheels_dir)/pins")"
+  stamp="$(basename "$debian") k8s $K8S_VERSION ($(basename "$(k8s_node_bin_dir)")), etcd $ETCD_VERSION, device plugin $DEVICE_PLUGIN_VERSION, pause $PAUSE_VERSION, cuda-vector-add $(cat tests/gpu/cuda-vector-add/* plugins/module_utils/_cuda_driver.py | sha256sum | cut -c1-12), $(tr '\n' ' ' <"$debian/packages"), $(tr '\n' ' ' <"$(wheels_dir)/pins")"
   if [ -f "$BUNDLE/stamp" ] && [ "$(cat "$BUNDLE/stamp")" = "$stamp" ] && [ -f "$two/images.tar.xz" ]; then
     log "bundle: up to date in $BUNDLE"
   else

@@ -32,6 +32,7 @@ static struct {
     CUresult (*DriverGetVersion)(int *);
     CUresult (*DeviceGet)(CUdevice *, int);
     CUresult (*DeviceGetName)(char *, int, CUdevice);
+    CUresult (*DeviceGetPCIBusId)(char *, int, CUdevice);
     CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*DevicePrimaryCtxRelease)(CUdevice);
     CUresult (*CtxSetCurrent)(CUcontext);
@@ -86,6 +87,7 @@ static void load_driver(void)
     *(void **)&cu.DriverGetVersion = symbol("cuDriverGetVersion");
     *(void **)&cu.DeviceGet = symbol("cuDeviceGet");
     *(void **)&cu.DeviceGetName = symbol("cuDeviceGetName");
+    *(void **)&cu.DeviceGetPCIBusId = symbol("cuDeviceGetPCIBusId");
     *(void **)&cu.DevicePrimaryCtxRetain = symbol("cuDevicePrimaryCtxRetain");
     *(void **)&cu.DevicePrimaryCtxRelease = symbol("cuDevicePrimaryCtxRelease_v2");
     *(void **)&cu.CtxSetCurrent = symbol("cuCtxSetCurrent");
@@ -107,6 +109,7 @@ int main(int argc, char **argv)
     size_t size = (size_t)n * sizeof(float);
     int threads = 256, blocks, version = 0;
     char name[256] = "";
+    char bus_id[32] = "";
     CUdevice device;
     CUcontext context;
     CUmodule module;
@@ -140,6 +143,10 @@ int main(int argc, char **argv)
     check(cu.DeviceGet(&device, 0), "get device 0");
     check(cu.DeviceGetName(name, sizeof name, device), "read the device name");
     printf("GPU Device 0: \"%s\", CUDA driver %d.%d\n", name, version / 1000, version % 1000 / 10);
+    /* Which of the node's GPUs the device plugin gave this pod (one GPU per pod on a multi-GPU node). */
+    check(cu.DeviceGetPCIBusId(bus_id, sizeof bus_id, device), "read the device's PCI bus id");
+    printf("GPU Device 0 PCI bus id %s (NVIDIA_VISIBLE_DEVICES=%s)\n", bus_id,
+           getenv("NVIDIA_VISIBLE_DEVICES") ? getenv("NVIDIA_VISIBLE_DEVICES") : "unset");
     check(cu.DevicePrimaryCtxRetain(&context, device), "retain the primary context");
     check(cu.CtxSetCurrent(context), "make the context current");
     check(cu.ModuleLoadDataEx(&module, VECTOR_ADD_PTX, 0, NULL, NULL), "load the vectorAdd PTX (driver JIT)");

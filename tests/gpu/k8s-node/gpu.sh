@@ -35,6 +35,7 @@ if ls "$PIDS"/*.pid >/dev/null 2>&1; then
   down
   rm -rf "$STATE/etcd" "$STATE/facts" "$STATE/podlogs" "$CONTAINERD_CONFIG" "$CONTAINERD_DROP_IN"
 fi
+GPU_COUNT=$(nvidia-smi -L | grep -c '^GPU ')
 { echo "== host"; uname -a; nvidia-smi -L; head -1 /proc/driver/nvidia/version; python3 --version
   echo "cgroup: $(stat -fc %T /sys/fs/cgroup), controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"; nproc; free -g | head -2; }
 up
@@ -104,22 +105,52 @@ fi
 play kubernetes playbooks/kubernetes.yml || { nodes "after kubernetes.yml (failed)" >>"$OUT/nodes.txt"; die "kubernetes.yml failed (playbooks.log)"; }
 nodes "after kubernetes.yml: the device plugin deployed" | tee -a "$OUT/nodes.txt"
 kubectl -n kube-system logs ds/nvidia-device-plugin-daemonset >"$OUT/device-plugin.log" 2>&1
+allocatable=$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')
+echo "the Node advertises nvidia.com/gpu: $allocatable (GPUs on this machine: $GPU_COUNT)"
+[ "$allocatable" = "$GPU_COUNT" ] || die "the Node advertises nvidia.com/gpu: $allocatable, this machine has $GPU_COUNT GPUs"
 play verify playbooks/verify.yml -v
 mark site_first_end
+
+# Several GPUs (issue 13): one cuda-vector-add Job per GPU at once on this one
+# Node (k8s_gpu_verify with the Node listed once per GPU); the device plugin
+# gives each pod a GPU of its own, which each Job's log names (PCI bus id).
+if [ "$GPU_COUNT" -ge 2 ]; then
+  echo "== one cuda-vector-add Job per GPU at once ($GPU_COUNT Jobs, 1 GPU each)"
+  mark jobs_per_gpu_start
+  nodes_json=$(python3 -c 'import json,sys; print(json.dumps([sys.argv[1]] * int(sys.argv[2])))' "$NODE_NAME" "$GPU_COUNT")
+  ANSIBLE_LOAD_CALLBACK_PLUGINS=1 ANSIBLE_STDOUT_CALLBACK=json timeout 200 ansible -i tests/gpu/k8s-node/inventory.yml localhost \
+    -m k8sgpu.nvidia.k8s_gpu_verify -a "{\"image\": \"$VERIFY_IMAGE\", \"per_node\": true, \"nodes\": $nodes_json,
+      \"kubeconfig\": \"$PKI/admin.kubeconfig\", \"timeout\": 120, \"cleanup\": false}" >"$STATE/jobs-per-gpu.json" 2>>"$PLAYLOG"
+  mark jobs_per_gpu_end
+  python3 - "$STATE/jobs-per-gpu.json" "$GPU_COUNT" <<'PY' | tee -a "$OUT/job.log"
+import json, sys
+r = json.load(open(sys.argv[1]))["plays"][0]["tasks"][0]["hosts"]["localhost"]
+print(json.dumps({k: r.get(k) for k in ("passed", "failed", "msg", "results")}, indent=1)[:6000])
+PY
+  for job in $(kubectl get jobs -o name | grep k8sgpu); do
+    echo "== $job: $(kubectl get "$job" -o jsonpath='{.status.conditions[*].type}')"; kubectl logs "$job"
+  done 2>&1 | tee -a "$OUT/job.log"
+  passed=$(for job in $(kubectl get jobs -o name | grep k8sgpu); do kubectl logs "$job"; done 2>/dev/null | grep -c 'Test PASSED')
+  buses=$(for job in $(kubectl get jobs -o name | grep k8sgpu); do kubectl logs "$job"; done 2>/dev/null | sed -n 's/^GPU Device 0 PCI bus id \([^ ]*\).*/\1/p' | sort -u | wc -l)
+  echo "Jobs with Test PASSED: $passed of $GPU_COUNT; distinct GPUs (PCI bus ids) among them: $buses"
+  kubectl get jobs -o name | grep k8sgpu | xargs -r kubectl delete --wait=false >/dev/null
+  [ "$passed" = "$GPU_COUNT" ] && [ "$buses" = "$GPU_COUNT" ] || die "not one passing cuda-vector-add Job per GPU"
+fi
 
 echo "== the whole site.yml again (everything in place: the steady-state wall time, changed=0 expected but for the verify Job)"
 mark site_start
 play site site.yml
 mark site_end
 
-echo "== time-slicing: 4 replicas, the Node must advertise nvidia.com/gpu: 4"
+SLICED=$(( 4 * GPU_COUNT ))
+echo "== time-slicing: 4 replicas, the Node must advertise nvidia.com/gpu: $SLICED (4 per GPU)"
 mark slicing_start
 play slicing playbooks/kubernetes.yml -e device_plugin_time_slicing_replicas=4
 for _ in $(seq 60); do
-  [ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 4 ] && break; sleep 1
+  [ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$SLICED" ] && break; sleep 1
 done
 mark slicing_gpu4
-nodes "after time-slicing with 4 replicas" | tee -a "$OUT/nodes.txt"
+nodes "after time-slicing with 4 replicas per GPU" | tee -a "$OUT/nodes.txt"
 { echo "===== device plugin pod log, time-slicing (4 replicas)"; kubectl -n kube-system logs ds/nvidia-device-plugin-daemonset; } >>"$OUT/device-plugin.log" 2>&1
-[ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 4 ] || die "the Node does not advertise nvidia.com/gpu: 4"
+[ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$SLICED" ] || die "the Node does not advertise nvidia.com/gpu: $SLICED"
 echo "K8S-NODE PASSED"
