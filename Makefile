@@ -41,14 +41,17 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 
 test: prebuild lint sanity unit cloud lab molecule integration  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
 
-# The lab's Go builds (cached by version; minutes when the cache is cold)
-# start in the background while lint, sanity, unit and cloud run, which
-# leave a core idle most of the time. `make lab` waits for this builder
-# (lab/build-binaries.sh holds a lock) and reports its errors.
+# The lab's Go builds and the GPU-node bundle the rehearsal test uses (cached
+# by version; minutes when the cache is cold) start in the background while
+# lint, sanity, unit and cloud run, which leave a core idle most of the time.
+# `make lab` and the rehearsal wait for them (both scripts hold a lock) and
+# report their errors. The bundle takes the venv's wheels: it waits for it.
 prebuild:
 	@mkdir -p $(K8SGPU_LAB_STATE)
 	@if command -v go >/dev/null; then \
-	  setsid lab/build-binaries.sh all >$(K8SGPU_LAB_STATE)/prebuild.log 2>&1 </dev/null & \
+	  setsid bash -c 'lab/build-binaries.sh all && \
+	    for i in $$(seq 600); do [ -f $(VENV)/.installed ] && break; sleep 1; done && lab/pack-k8s-node.sh all' \
+	    >$(K8SGPU_LAB_STATE)/prebuild.log 2>&1 </dev/null & \
 	  echo "lab builds started in the background (log: $(K8SGPU_LAB_STATE)/prebuild.log)"; fi
 
 lint: venv  ## ansible-lint, production profile

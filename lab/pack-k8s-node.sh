@@ -218,4 +218,9 @@ main() {
     *) die "usage: $0 [all|k8s-node|device-plugin|debian|pause|wheels]" ;;
   esac
 }
+# One packer at a time: `make test` starts one in the background (prebuild)
+# and the rehearsal test runs its own, which then waits and finds it packed.
+mkdir -p "$K8SGPU_CACHE"
+exec 8>"$K8SGPU_CACHE/.pack-k8s-node.lock"
+flock 8
 main "$@"
