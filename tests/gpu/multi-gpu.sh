@@ -18,20 +18,27 @@ export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 INV=tests/gpu/inventory.yml
 fail=0
 
-# One module call, its result as JSON on stdout (ansible's json callback).
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+# One module call, its result as JSON on stdout (ansible-core's tree callback,
+# -t: the json callback is in ansible.posix, which a bare ansible-core lacks).
 module_json() {
-  ANSIBLE_LOAD_CALLBACK_PLUGINS=1 ANSIBLE_STDOUT_CALLBACK=json \
-    ansible -i "$INV" localhost -m "k8sgpu.nvidia.$1" ${2:+-a "$2"} 2>/dev/null \
-    | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps(d["plays"][0]["tasks"][0]["hosts"]["localhost"]))'
+  rm -rf "$TMP/tree"
+  ansible -i "$INV" localhost -t "$TMP/tree" -m "k8sgpu.nvidia.$1" ${2:+-a "$2"} >"$TMP/ansible.out" 2>&1
+  if [ -s "$TMP/tree/localhost" ]; then cat "$TMP/tree/localhost"; else cat "$TMP/ansible.out" >&2; echo '{}'; fi
 }
 
-{ echo "== host"; uname -r; nvidia-smi -L; head -1 /proc/driver/nvidia/version; nproc; } 2>&1 | tee "$OUT/host.txt"
-count=$(nvidia-smi -L | grep -c '^GPU ')
-if [ "$count" -lt 2 ]; then echo "this machine has $count GPU(s); multi-gpu.sh needs two or more" | tee -a "$OUT/host.txt"; exit 2; fi
+# Everything printed also goes to run.log (the GPU machine's tool brings back
+# at most 8 files: run.log, facts.json, vector-add-all.json,
+# vector-add-one.json, wall.log, verify.log, result.txt).
+exec > >(tee "$OUT/run.log") 2>&1
 
-echo "== gpu_facts" | tee "$OUT/facts.log"
+echo "== host"; uname -r; nvidia-smi -L; head -1 /proc/driver/nvidia/version; nproc
+count=$(nvidia-smi -L | grep -c '^GPU ')
+if [ "$count" -lt 2 ]; then echo "this machine has $count GPU(s); multi-gpu.sh needs two or more"; exit 2; fi
+
+echo "== gpu_facts"
 module_json gpu_facts >"$OUT/facts.json"
-python3 - "$OUT/facts.json" "$count" <<'PY' 2>&1 | tee -a "$OUT/facts.log"
+python3 - "$OUT/facts.json" "$count" <<'PY' 2>&1
 import json, sys
 r = json.load(open(sys.argv[1])); n = int(sys.argv[2])
 gpus = r["ansible_facts"]["nvidia_gpus"]
@@ -43,22 +50,20 @@ sys.exit(0 if ok else 1)
 PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
 
-echo "== GFD labels from these facts (what node_labels sets with node_labels_from_facts)" | tee "$OUT/labels.log"
-ANSIBLE_LOAD_CALLBACK_PLUGINS=1 ANSIBLE_STDOUT_CALLBACK=json ansible -i "$INV" localhost -m ansible.builtin.debug \
-  -a "msg={{ {'nvidia_gpus': (lookup('file', '$OUT/facts.json') | from_json).ansible_facts.nvidia_gpus,
-              'nvidia_driver_version': (lookup('file', '$OUT/facts.json') | from_json).ansible_facts.nvidia_driver_version,
-              'nvidia_cuda_driver_version': (lookup('file', '$OUT/facts.json') | from_json).ansible_facts.nvidia_cuda_driver_version}
-             | k8sgpu.nvidia.gfd_labels }}" 2>/dev/null \
-  | python3 -c 'import json,sys; d=json.load(sys.stdin); m=d["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]; print(json.dumps(m, indent=1, sort_keys=True)); sys.exit(0 if m.get("nvidia.com/gpu.count") == sys.argv[1] else 1)' "$count" \
-  2>&1 | tee -a "$OUT/labels.log"
-if [ "${PIPESTATUS[1]}" -eq 0 ]; then echo "nvidia.com/gpu.count = $count: PASS" | tee -a "$OUT/labels.log"
-else echo "nvidia.com/gpu.count: FAIL" | tee -a "$OUT/labels.log"; fail=1; fi
+echo "== GFD labels from these facts (what node_labels sets from GPU facts)"
+rm -rf "$TMP/tree"
+ansible -i "$INV" localhost -t "$TMP/tree" -m ansible.builtin.debug \
+  -a "msg={{ (lookup('file', '$OUT/facts.json') | from_json).ansible_facts | k8sgpu.nvidia.gfd_labels }}" >"$TMP/ansible.out" 2>&1
+if python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["msg"]; print(json.dumps(m, indent=1, sort_keys=True)); sys.exit(0 if m.get("nvidia.com/gpu.count") == sys.argv[2] else 1)' \
+     "$TMP/tree/localhost" "$count"; then
+  echo "nvidia.com/gpu.count = $count: PASS"
+else cat "$TMP/ansible.out"; echo "nvidia.com/gpu.count: FAIL"; fail=1; fi
 
-echo "== cuda_vector_add on every GPU" | tee "$OUT/vector-add.log"
+echo "== cuda_vector_add on every GPU"
 module_json cuda_vector_add >"$OUT/vector-add-all.json"
-echo "== cuda_vector_add with devices=[$((count - 1))] (that GPU only)" | tee -a "$OUT/vector-add.log"
+echo "== cuda_vector_add with devices=[$((count - 1))] (that GPU only)"
 module_json cuda_vector_add "{\"devices\": [$((count - 1))]}" >"$OUT/vector-add-one.json"
-python3 - "$OUT/vector-add-all.json" "$OUT/vector-add-one.json" "$count" <<'PY' 2>&1 | tee -a "$OUT/vector-add.log"
+python3 - "$OUT/vector-add-all.json" "$OUT/vector-add-one.json" "$count" <<'PY' 2>&1
 import json, sys
 every, one, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 ok = True
@@ -78,11 +83,17 @@ PY
 
 echo "== whole module wall time (ansible -m cuda_vector_add, 5 runs each): devices=[0] vs every GPU" | tee "$OUT/wall.log"
 for what in one every; do
-  args=$([ "$what" = one ] && echo "{\"devices\": [0]}" || echo "")
+  args=$([ "$what" = one ] && echo '{"devices": [0]}' || echo "")
   for i in 1 2 3 4 5; do
-    s=$(date +%s.%N); module_json cuda_vector_add "$args" >"$OUT/wall-$what-$i.json"; e=$(date +%s.%N)
-    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(f"{sys.argv[2]:5} run {sys.argv[3]}: wall {float(sys.argv[5])-float(sys.argv[4]):.3f} s, module init_ms {r[\"init_ms\"]}, GPUs {len(r[\"results\"])}, passed {r[\"passed\"]}")' \
-      "$OUT/wall-$what-$i.json" "$what" "$i" "$s" "$e"
+    s=$(date +%s.%N); module_json cuda_vector_add "$args" >"$TMP/wall-$what-$i.json"; e=$(date +%s.%N)
+    python3 - "$TMP/wall-$what-$i.json" "$what" "$i" "$s" "$e" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+wall = float(sys.argv[5]) - float(sys.argv[4])
+gpus = r.get("results") or []
+print(f"{sys.argv[2]:5} run {sys.argv[3]}: wall {wall:.3f} s, module init_ms {r.get('init_ms')}, "
+      f"GPUs {len(gpus)}, per GPU init/vectors ms {[(g['init_ms'], g['time_ms']) for g in gpus]}, passed {r.get('passed')}")
+PY
   done
 done 2>&1 | tee -a "$OUT/wall.log"
 
