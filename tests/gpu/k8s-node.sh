@@ -244,7 +244,7 @@ up() {
   import_images
   mark images_imported
 
-  render kubelet.yaml "$STATE/kubelet.yaml"
+  render kubelet.yaml.in "$STATE/kubelet.yaml"
   cgroup_root
   mkdir -p "$KUBELET_ROOT"
   mark kubelet_start
