@@ -125,7 +125,7 @@ fetch_debian() {
   ln -s /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$out.tmp/libc/lib64/ld-linux-x86-64.so.2"
   cp "$r/sbin/ldconfig" "$out.tmp/libc/sbin/"
   cp "$r/etc/ld.so.conf" "$out.tmp/libc/etc/"; cp "$r"/etc/ld.so.conf.d/* "$out.tmp/libc/etc/ld.so.conf.d/"
-  (cd "$work" && ls ./*.deb | sed 's|^\./||') >"$out.tmp/packages"
+  (cd "$work" && printf '%s\n' ./*.deb | sed 's|^\./||') >"$out.tmp/packages"
   rm -rf "$work" "$out"; mv "$out.tmp" "$out"
   log "Debian packages: unpacked into $out"
 }
@@ -170,7 +170,7 @@ fetch_wheels() {
       "${platforms[@]}" --platform manylinux2014_x86_64 -c "$out.tmp/constraints.txt" -d "$out.tmp" "${pins[@]}"
   printf '%s\n' "${pins[@]}" >"$out.tmp/pins"
   rm -rf "$out"; mv "$out.tmp" "$out"
-  log "wheels: $(ls "$out"/*.whl | wc -l) in $out"
+  log "wheels: $(find "$out" -maxdepth 1 -name '*.whl' | wc -l) in $out"
 }
 
 # The two carries. xz -9: decompressing on the GPU machine takes seconds.

@@ -132,7 +132,7 @@ unpack() {
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$K8SNODE_ROOT/site" "$two"/whl/*.whl || die "installing the carried wheels failed"
     fi
-    say "part 2 unpacked: ctr, CNI $(ls "$CNI_BIN" | tr '\n' ' '), images' files, kubernetes.core, toolkit repository"
+    say "part 2 unpacked: ctr, CNI $(find "$CNI_BIN" -mindepth 1 -maxdepth 1 -printf '%f '), images' files, kubernetes.core, toolkit repository"
   fi
   say "unpacked in $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(now)") s"
 }
@@ -199,7 +199,7 @@ restart_containerd() {
 
 up() {
   guard
-  [ -x "$BIN/k8s-node" ] && [ -x "$BIN/ctr" ] || unpack
+  if ! { [ -x "$BIN/k8s-node" ] && [ -x "$BIN/ctr" ]; }; then unpack; fi
   [ -x "$BIN/k8s-node" ] || die "no Kubernetes binary in $BIN: carry $BUNDLE/1 (lab/pack-k8s-node.sh) and run '$0 unpack' first"
   [ -x "$BIN/ctr" ] || die "no ctr in $BIN: carry $BUNDLE/2 (lab/pack-k8s-node.sh)"
   python_env
@@ -264,7 +264,7 @@ up() {
 import_images() {
   local img=$K8SNODE_ROOT/images tars=$STATE/image-tars
   mkdir -p "$tars"
-  python3 tests/gpu/k8s-node/mkimage.py "$tars/pause.tar" --tag "$PAUSE_IMAGE" --entrypoint /pause --add "$img/bin/pause:/pause" &&
+  if ! { python3 tests/gpu/k8s-node/mkimage.py "$tars/pause.tar" --tag "$PAUSE_IMAGE" --entrypoint /pause --add "$img/bin/pause:/pause" &&
   python3 tests/gpu/k8s-node/mkimage.py "$tars/device-plugin.tar" --tag "$DEVICE_PLUGIN_IMAGE" \
     --entrypoint nvidia-device-plugin --tree "$img/libc" --add "$img/bin/nvidia-device-plugin:/usr/bin/nvidia-device-plugin" \
     --env NVIDIA_DISABLE_REQUIRE=true --env NVIDIA_VISIBLE_DEVICES=all --env NVIDIA_DRIVER_CAPABILITIES=compute,utility &&
@@ -272,7 +272,7 @@ import_images() {
   # plugin allocates one (a pod that asks for none gets none).
   python3 tests/gpu/k8s-node/mkimage.py "$tars/cuda-vector-add.tar" --tag "$VERIFY_IMAGE" \
     --entrypoint /cuda-samples/vectorAdd --tree "$img/libc" --add "$img/bin/vectorAdd:/cuda-samples/vectorAdd" \
-    --env NVIDIA_DRIVER_CAPABILITIES=compute,utility || die "assembling the images failed"
+    --env NVIDIA_DRIVER_CAPABILITIES=compute,utility; }; then die "assembling the images failed"; fi
   for t in pause device-plugin cuda-vector-add; do
     ctr -a "$CONTAINERD_SOCK" -n k8s.io images import --no-unpack=false "$tars/$t.tar" >/dev/null || die "ctr images import $t.tar failed"
   done

@@ -24,7 +24,7 @@ from kubernetes import client
 from conftest import LAB_NAME, LAB_STATE, ROOT, run
 
 sys.path.insert(0, str(ROOT / "lab"))
-from topology import node as kwok_node  # noqa: E402  pylint: disable=wrong-import-position (the lab's Node shape)
+from topology import node as kwok_node  # noqa: E402  # pylint: disable=wrong-import-position
 
 HOST = f"{LAB_NAME}-plan-1"
 SOURCE = "/etc/apt/sources.list.d/k8sgpu-nvidia-container-toolkit.sources"

@@ -88,6 +88,7 @@ nodes() {
   echo "===== $1"
   kubectl get nodes -o wide
   kubectl get node "$NODE_NAME" -o jsonpath='capacity: {.status.capacity}{"\n"}allocatable: {.status.allocatable}{"\n"}'
+  # shellcheck disable=SC2016 # a Go template, not shell
   kubectl get node "$NODE_NAME" -o go-template='labels:{{range $k, $v := .metadata.labels}}{{"\n  "}}{{$k}}={{$v}}{{end}}{{"\n"}}'
   kubectl get pods -A -o wide
 }
@@ -136,7 +137,7 @@ PY
   buses=$(for job in $(kubectl get jobs -o name | grep k8sgpu); do kubectl logs "$job"; done 2>/dev/null | sed -n 's/^GPU Device 0 PCI bus id \([^ ]*\).*/\1/p' | sort -u | wc -l)
   echo "Jobs with Test PASSED: $passed of $GPU_COUNT; distinct GPUs (PCI bus ids) among them: $buses"
   kubectl get jobs -o name | grep k8sgpu | xargs -r kubectl delete --wait=false >/dev/null
-  [ "$passed" = "$GPU_COUNT" ] && [ "$buses" = "$GPU_COUNT" ] || die "not one passing cuda-vector-add Job per GPU"
+  if [ "$passed" != "$GPU_COUNT" ] || [ "$buses" != "$GPU_COUNT" ]; then die "not one passing cuda-vector-add Job per GPU"; fi
 fi
 
 echo "== the whole site.yml again (everything in place: the steady-state wall time, changed=0 expected but for the verify Job)"
