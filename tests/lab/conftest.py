@@ -14,6 +14,22 @@ LAB_NAME = os.environ.get("K8SGPU_LAB_NAME", "k8sgpu-lab")
 GPU_NODES = [f"{LAB_NAME}-gpu-1", f"{LAB_NAME}-gpu-2"]
 
 
+def _lab_kubectl() -> str:
+    """The lab's own kubectl (the PATH line of .lab/env), so tests do not depend on the caller's PATH."""
+    env = LAB_STATE / "env"
+    if env.exists():
+        for line in env.read_text(encoding="utf-8").splitlines():
+            if line.startswith('export PATH="'):
+                candidate = Path(line.split('"')[1].split(":")[0]) / "kubectl"
+                if candidate.exists():
+                    return str(candidate)
+    return "kubectl"
+
+
+# kubectl with the lab's kubeconfig, for tests that shell out to it: make integration does not source .lab/env.
+KUBECTL = [_lab_kubectl(), "--kubeconfig", str(LAB_STATE / "kubeconfig")]
+
+
 @pytest.fixture(scope="session")
 def kubeconfig() -> str:
     path = LAB_STATE / "kubeconfig"

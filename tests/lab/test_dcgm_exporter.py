@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import GPU_NODES, ROOT, run
+from conftest import GPU_NODES, KUBECTL, ROOT, run
 
 NS = "k8sgpu-mon-a"
 NAME = "dcgm-exporter"
@@ -66,8 +66,8 @@ def delete_monitoring_crds(ext: client.ApiextensionsV1Api) -> None:
 def apply_monitoring_crds(ext: client.ApiextensionsV1Api) -> None:
     if not CRD_DIR.is_dir():
         pytest.skip(f"{CRD_DIR} is absent: the monitoring.coreos.com CRDs come from ../shared (not in the repo)")
-    res = subprocess.run(["kubectl", "apply", "--server-side", "-f", str(CRD_DIR)], capture_output=True, text=True,
-                         check=False, env={**os.environ, "KUBECONFIG": str(ROOT / ".lab" / "kubeconfig")})
+    res = subprocess.run([*KUBECTL, "apply", "--server-side", "-f", str(CRD_DIR)], capture_output=True, text=True,
+                         check=False)
     assert res.returncode == 0, res.stderr
     for _attempt in range(150):
         crds = [c for c in ext.list_custom_resource_definition().items if c.metadata.name in MONITORING_CRDS]

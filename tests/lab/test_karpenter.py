@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import LAB_STATE, run
+from conftest import KUBECTL, LAB_STATE, run
 
 SHARED_CRDS = Path(__file__).resolve().parents[3] / "shared" / "crds"
 AWS_CRDS = SHARED_CRDS / "karpenter"
@@ -62,7 +62,7 @@ def free_port() -> int:
 
 
 def kubectl(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
-    res = run(["kubectl", "--kubeconfig", str(LAB_STATE / "kubeconfig"), *args], input=stdin)
+    res = run([*KUBECTL, *args], input=stdin)
     if check and res.returncode:
         raise AssertionError(f"kubectl {' '.join(args)}: {res.stderr}")
     return res

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client, config
 
 from ansible_output import recap
+from conftest import KUBECTL
 from monitoring_lab import COUNTERS_CSV, DASHBOARD_12239, ROOT, Chain, run_role, wait_for
 
 NS = "k8sgpu-mon-b"
@@ -33,7 +34,7 @@ def changed(res: subprocess.CompletedProcess) -> int:
 
 def raw(path: str) -> dict:
     """kubectl get --raw through the API server (and its aggregator)."""
-    out = subprocess.run(["kubectl", "get", "--raw", path], capture_output=True, text=True, timeout=30, check=False)
+    out = subprocess.run([*KUBECTL, "get", "--raw", path], capture_output=True, text=True, timeout=30, check=False)
     if out.returncode:
         raise ValueError(out.stderr.strip())
     return json.loads(out.stdout)
