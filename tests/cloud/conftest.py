@@ -32,6 +32,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_module(module: str, args: dict, env: dict, *, check: bool, diff: bool, python: str) -> dict:
+    """One module run as a user runs it (`ansible localhost -m MODULE -a ARGS`, json stdout callback): its result,
+    with the exit status in `_rc` and everything printed in `_stdout`. The EKS and GKE runners both use it."""
+    cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", module,
+           "-a", json.dumps(args), "-e", f"ansible_python_interpreter={python}"]
+    if check:
+        cmd.append("--check")
+    if diff:
+        cmd.append("--diff")
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    try:
+        out = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"ansible printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    result["_rc"] = proc.returncode
+    result["_stdout"] = proc.stdout + proc.stderr
+    return result
+
+
 @pytest.fixture(scope="session")
 def endpoint():
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
@@ -86,21 +106,7 @@ class Runner:
                  python: str = sys.executable) -> dict:
         if connection:
             args = {"endpoint_url": self.endpoint, "region": REGION, **CREDS, **args}
-        cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", "k8sgpu.nvidia.eks_nodegroup",
-               "-a", json.dumps(args), "-e", f"ansible_python_interpreter={python}"]
-        if check:
-            cmd.append("--check")
-        if diff:
-            cmd.append("--diff")
-        proc = subprocess.run(cmd, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300, check=False)
-        try:
-            out = json.loads(proc.stdout)
-        except json.JSONDecodeError:
-            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-        result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
-        result["_rc"] = proc.returncode
-        result["_stdout"] = proc.stdout + proc.stderr
-        return result
+        return run_module("k8sgpu.nvidia.eks_nodegroup", args, self.env, check=check, diff=diff, python=python)
 
 
 @pytest.fixture(scope="session")
@@ -154,21 +160,7 @@ class GkeRunner:
         if connection:
             args = {"api_endpoint": self.state.base, "access_token": GKE_TOKEN, "project": GKE_PROJECT,
                     "location": GKE_REGION, **args}
-        cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", module,
-               "-a", json.dumps(args), "-e", f"ansible_python_interpreter={python}"]
-        if check:
-            cmd.append("--check")
-        if diff:
-            cmd.append("--diff")
-        proc = subprocess.run(cmd, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300, check=False)
-        try:
-            out = json.loads(proc.stdout)
-        except json.JSONDecodeError:
-            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-        result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
-        result["_rc"] = proc.returncode
-        result["_stdout"] = proc.stdout + proc.stderr
-        return result
+        return run_module(module, args, self.env, check=check, diff=diff, python=python)
 
 
 @pytest.fixture(scope="session")
