@@ -134,3 +134,67 @@ def plan(
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+# The NVIDIA Container Runtime's own configuration (read by nvidia-container-runtime and its hook at every
+# container start), written by the toolkit package's postinst with ``nvidia-ctk config``.
+TOOLKIT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
+
+
+def config_value(value) -> str:
+    """One ``--set key=value`` value as nvidia-ctk parses it (booleans true/false, lists colon-separated)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ":".join(str(v) for v in value)
+    return str(value)
+
+
+def config_command(nvidia_ctk: str, config_path: str, settings: dict) -> list[str]:
+    """The ``nvidia-ctk config --in-place --set ...`` command line for the given (scratch) path, keys sorted."""
+    cmd = [nvidia_ctk, "--quiet", "config", f"--config-file={config_path}", "--in-place"]
+    for key in sorted(settings):
+        cmd.append(f"--set={key}={config_value(settings[key])}")
+    return cmd
+
+
+def plan_config(run_command, nvidia_ctk: str, config_path: str, settings: dict) -> tuple[FileChange, list[str]]:
+    """Run ``nvidia-ctk config --in-place --set ...`` on a scratch copy of config_path; return the change and command.
+
+    nvidia-ctk keeps every key the file sets, sets the given ones, and writes the file in its own layout (settings at
+    their defaults commented out), which is what the toolkit package's postinst writes too: a file that postinst
+    wrote and this function then set is stable under both. A missing file counts as the toolkit's defaults.
+    """
+    if not os.path.isabs(config_path):
+        raise NvidiaCtkError(f"{config_path!r} is not an absolute path.")
+    if not isinstance(settings, dict) or not settings:
+        raise NvidiaCtkError("no settings given: name at least one key of the toolkit's config.toml.")
+    for key, value in settings.items():
+        if not isinstance(key, str) or not key or any(c in key for c in "= \n"):
+            raise NvidiaCtkError(f"{key!r} is not a config.toml key (for example accept-nvidia-visible-devices-"
+                                 "as-volume-mounts or nvidia-container-runtime.log-level).")
+        if value is None or isinstance(value, dict) or "\n" in config_value(value):
+            raise NvidiaCtkError(f"the value of {key} must be a boolean, a number, a string or a list, not {value!r}.")
+    try:
+        before = read_file(config_path)
+    except ConfigFileError as exc:
+        raise NvidiaCtkError(str(exc)) from None
+    scratch = tempfile.mkdtemp(prefix="k8sgpu-nvidia-ctk-config-")
+    try:
+        copy = os.path.join(scratch, "config.toml")
+        if before is not None:
+            with open(copy, "wb") as f:
+                f.write(before)
+        rc, out, err = run_command(config_command(nvidia_ctk, copy, settings))
+        if rc != 0:
+            detail = " ".join((err or out or "").strip().splitlines()[-3:]) or "no output"
+            raise NvidiaCtkError(
+                f"nvidia-ctk could not set {', '.join(sorted(settings))} in {config_path} (exit {rc}): {detail}. "
+                f"Fix {config_path} or the setting's name or value; nothing was changed."
+            )
+        after = read_file(copy)
+        if after is None:
+            raise NvidiaCtkError(f"nvidia-ctk config wrote no file for {config_path}; nothing was changed.")
+        return FileChange(config_path, before, after), config_command(nvidia_ctk, config_path, settings)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
