@@ -41,7 +41,9 @@ attributes:
     details: Reads the file and reports whether it would change, with the diff; writes nothing and makes no backup.
   diff_mode:
     support: full
-    details: The file's text before and after, headed with its path.
+    details: The file's text before and after, headed with its path, with secrets redacted as RV(config) describes.
+      When the file holds something to redact, the text before is its content in the module's output format rather
+      than the file's own text. A change of a redacted value alone shows as changed with equal lines.
 options:
   path:
     description:
@@ -113,6 +115,10 @@ notes:
   - The file is compared as JSON, so reformatting alone is not a change; a file that does change is rewritten in
     the output format above, and comments or duplicate keys (which are not JSON) cannot survive.
   - On SELinux hosts the file's context is kept, or set to the default for a new file.
+  - Secrets are redacted in what the module returns (RV(config), RV(previous), the diff), so C(-v) and C(--diff)
+    never print them; the file keeps the real values. Values of O(settings) that would be redacted are also hidden
+    in the task's C(invocation). The file itself is as readable as its mode makes it (C(0644) for a new file):
+    keep credentials out of it where the host's users must not read them.
 seealso:
   - name: Docker daemon configuration file
     description: The keys of C(daemon.json).
@@ -196,7 +202,17 @@ path:
   type: str
   sample: /etc/docker/daemon.json
 config:
-  description: The content of the file after the task (or that it would have, in check mode).
+  description:
+    - The content of the file after the task (or that it would have, in check mode), with secrets redacted.
+    - Redacted are, at any depth, the values of keys whose name suggests a secret (containing C(token), C(secret),
+      C(password), C(passwd), C(pwd), C(passphrase), C(credential), C(api-key), C(private-key) or C(access-key), such
+      as C(log-opts.splunk-token)) - each string or number replaced by C(********), in lists and objects leaf by
+      leaf - and in every string value, the userinfo of a URL (C(http://user:pass@proxy:3128) becomes
+      C(http://********@proxy:3128), the host, port and path kept, so a diff still shows which proxy or mirror
+      changed) and the values of its query parameters named like secrets (C(?access_token=********)).
+    - Under keys naming URLs (C(proxies.http-proxy), C(proxies.https-proxy), C(registry-mirrors), any key containing
+      C(proxy), C(mirror), C(registr), C(url), C(address), C(endpoint) or C(host)) a URL without a scheme
+      (C(user:pass@proxy:3128)) is redacted the same way.
   returned: always
   type: dict
   sample:
@@ -207,7 +223,7 @@ config:
         runtimeArgs: []
     default-runtime: nvidia
 previous:
-  description: The content of the file before the task; C({}) when it did not exist or was empty.
+  description: The content of the file before the task, redacted as RV(config); C({}) when it did not exist or was empty.
   returned: always
   type: dict
   sample:
@@ -252,6 +268,8 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._daemon_json import 
     dump_config,
     plan_config,
     read_config,
+    redact_config,
+    secret_strings,
     write_config,
 )
 
@@ -271,6 +289,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    # Secrets given in settings (a proxy URL with user:pass@, a token) are hidden in the invocation as well.
+    module.no_log_values.update(secret_strings(params["settings"]))
     path = os.path.realpath(params["path"])
 
     try:
@@ -291,8 +311,8 @@ def main() -> None:
         changed=plan.changed,
         path=path,
         created=data is None,
-        config=plan.config,
-        previous=plan.previous,
+        config=redact_config(plan.config),
+        previous=redact_config(plan.previous),
         runtimes_added=plan.runtimes_added,
         runtimes_updated=plan.runtimes_updated,
         runtimes_removed=plan.runtimes_removed,
@@ -304,9 +324,13 @@ def main() -> None:
 
     text = dump_config(plan.config)
     if module._diff:
+        # The file's own text when it holds nothing to redact; otherwise its content, redacted, in the output format.
+        before = "" if data is None else data.decode("utf-8-sig")
+        if result["previous"] != plan.previous:
+            before = dump_config(result["previous"])
         result["diff"] = dict(
-            before="" if data is None else data.decode("utf-8-sig"),
-            after=text,
+            before=before,
+            after=dump_config(result["config"]),
             before_header=path,
             after_header=path,
         )
