@@ -185,25 +185,54 @@ build_karpenter() {
   log "karpenter $KARPENTER_VERSION (kwok provider): built into $out"
 }
 
-main() {
-  case "${1:-all}" in
+# What `lab.sh up` (and so `make site`) needs: the control plane, kwok and the
+# container toolkit's apt repository. The rest only tests use; they build it
+# when they run (tests/lab/conftest.py), and `make test`'s prebuild builds it
+# in the background meanwhile.
+LAB_TARGETS=(kwok etcd kubernetes toolkit)
+EXTRA_TARGETS=(crio-config prometheus adapter karpenter)
+USAGE="usage: $0 [all|lab|extras|TARGET...]; lab: ${LAB_TARGETS[*]}; extras: ${EXTRA_TARGETS[*]}"
+
+# One builder per target and cache: a second one (`lab.sh up` while `make
+# test`'s prebuild builds, or a test) waits for the first, then finds the
+# result cached. Builds of different targets run side by side; the Go module
+# and build caches lock their own files.
+build_target() {
+  local target="$1" lock="$K8SGPU_CACHE/.build-$1.lock" fd
+  exec {fd}>"$lock"
+  if ! flock -n "$fd"; then
+    log "$target: another build of it is running (lock $lock); waiting for it"
+    flock "$fd"
+  fi
+  case "$target" in
     kubernetes) build_kubernetes ;;
     etcd) build_etcd ;;
     kwok) build_kwok ;;
-    toolkit) "$(dirname "$0")/build-toolkit-repo.sh" >/dev/null ;;
+    toolkit) "$LAB_ROOT/lab/build-toolkit-repo.sh" >/dev/null ;;
     crio-config) build_crio_config ;;
     prometheus) build_prometheus ;;
     adapter) build_adapter ;;
     karpenter) build_karpenter ;;
-    all) build_kwok; build_etcd; build_kubernetes; "$(dirname "$0")/build-toolkit-repo.sh" >/dev/null; build_crio_config
-         build_prometheus; build_adapter; build_karpenter ;;
-    *) die "usage: $0 [all|kubernetes|etcd|kwok|toolkit|crio-config|prometheus|adapter|karpenter]" ;;
   esac
+  exec {fd}>&-
 }
-# One builder at a time per cache: `make test` starts one early in the
-# background (prebuild) and `lab.sh up` runs its own, which then waits here
-# and finds everything cached.
-mkdir -p "$K8SGPU_CACHE"
-exec 9>"$K8SGPU_CACHE/.build-binaries.lock"
-flock 9
+
+main() {
+  local targets=() arg t
+  [ "$#" -gt 0 ] || set -- all
+  for arg in "$@"; do
+    case "$arg" in
+      all) targets+=("${LAB_TARGETS[@]}" "${EXTRA_TARGETS[@]}") ;;
+      lab) targets+=("${LAB_TARGETS[@]}") ;;
+      extras) targets+=("${EXTRA_TARGETS[@]}") ;;
+      *)
+        case " ${LAB_TARGETS[*]} ${EXTRA_TARGETS[*]} " in
+          *" $arg "*) targets+=("$arg") ;;
+          *) die "unknown target '$arg'; $USAGE" ;;
+        esac ;;
+    esac
+  done
+  mkdir -p "$K8SGPU_CACHE"
+  for t in "${targets[@]}"; do build_target "$t"; done
+}
 main "$@"

@@ -314,7 +314,20 @@ toolkit_mirror_url() {
   echo "http://$LAB_GATEWAY:$APT_PROXY_PORT/k8sgpu-mirror/$(basename "$(toolkit_repo_dir)")/libnvidia-container"
 }
 
+# One `up` or `images` at a time per lab state: `make test`'s prebuild builds
+# the images in the background while `make lab` may already be starting.
+lock_lab() {
+  local lock="$LAB_STATE/.up.lock"
+  mkdir -p "$LAB_STATE"
+  exec 7>"$lock"
+  if ! flock -n 7; then
+    log "another lab.sh up/images is running for $LAB_STATE; waiting for it"
+    flock 7
+  fi
+}
+
 cmd_up() {
+  lock_lab
   trap undo_started EXIT
   need_cmd docker "install Debian's docker.io (apt-get install docker.io)"
   need_cmd ss "install iproute2"
@@ -323,9 +336,10 @@ cmd_up() {
   start_docker
   start_network
   start_apt_proxy
-  # The Go builds (control plane, kwok, the container toolkit's apt repository)
-  # are CPU-bound and debootstrap is network-bound: run them side by side.
-  setsid "$LAB_ROOT/lab/build-binaries.sh" all >"$LAB_STATE/build-binaries.log" 2>&1 < /dev/null &
+  # The Go builds the lab needs (control plane, kwok, the container toolkit's
+  # apt repository; not the tests' Prometheus, adapter and Karpenter) are
+  # CPU-bound and debootstrap is network-bound: run them side by side.
+  setsid "$LAB_ROOT/lab/build-binaries.sh" lab >"$LAB_STATE/build-binaries.log" 2>&1 < /dev/null &
   local builder=$! entry
   BUILDER_PID=$builder
   for suite in bookworm trixie; do build_image "$suite"; done
@@ -346,8 +360,8 @@ cmd_up() {
 
 # Node images only (docker, network and apt proxy are started for debootstrap).
 cmd_images() {
+  lock_lab
   trap undo_started EXIT
-  mkdir -p "$LAB_STATE"
   start_docker; start_network; start_apt_proxy
   for suite in bookworm trixie; do build_image "$suite"; done
   write_env
