@@ -55,6 +55,20 @@ def expression_matches(expr: dict, labels: dict, unknown: bool = False) -> bool:
     return unknown
 
 
+def check_selection(names: list | None, node_labels: dict, label_selector: str | None, all_nodes: bool) -> None:
+    """Raise NodeSpecError unless the Nodes to act on are said explicitly.
+
+    names (even an empty list) or node_labels select those Nodes only; a label_selector alone selects the Nodes that
+    match it; every Node of the cluster only with all_nodes. An empty names list therefore touches no Node.
+    """
+    named = names is not None or bool(node_labels)
+    if all_nodes and named:
+        raise NodeSpecError("all_nodes: true selects every Node; give it without names and node_labels")
+    if not all_nodes and not named and not label_selector:
+        raise NodeSpecError("No Node selected: give names (or node_labels), a label_selector, or all_nodes: true to "
+                            "act on every Node of the cluster")
+
+
 def validate_label_key(key: str) -> None:
     """Raise NodeSpecError unless key is a valid label (or taint) key: [prefix/]name."""
     prefix, name = key.rsplit("/", 1) if "/" in key else ("", key)

@@ -36,9 +36,18 @@ options:
   names:
     description:
       - Names of the Nodes to act on. Combined with the keys of O(node_labels).
-      - When neither O(names), O(node_labels) nor O(label_selector) is given, every Node is selected.
+      - An empty list (and no O(node_labels)) selects no Node: the task changes nothing.
     type: list
     elements: str
+  all_nodes:
+    description:
+      - Act on every Node of the cluster (that matches O(label_selector), if given). Refused together with O(names)
+        or O(node_labels).
+      - Without it, neither O(names) nor O(node_labels) given and no O(label_selector) fails the task rather than
+        touch every Node.
+    type: bool
+    default: false
+    version_added: 0.2.0
   label_selector:
     description:
       - Select Nodes by label, as C(kubectl get nodes -l) does, for example C(node-role.kubernetes.io/control-plane).
@@ -130,6 +139,7 @@ EXAMPLES = r"""
 
 - name: Remove the control-plane NoSchedule taints from every Node that has them
   k8sgpu.nvidia.k8s_nodes:
+    all_nodes: true
     taints:
       - key: node-role.kubernetes.io/control-plane
         effect: NoSchedule
@@ -210,6 +220,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import (
     NodeBatch,
     NodeSpecError,
     TaintSpec,
+    check_selection,
     label_value,
     plan_node,
     validate_label_key,
@@ -235,6 +246,7 @@ def _wanted_labels(params: dict) -> tuple[dict, dict]:
 def main() -> None:
     argument_spec = dict(
         names=dict(type="list", elements="str"),
+        all_nodes=dict(type="bool", default=False),
         label_selector=dict(type="str"),
         labels=dict(type="dict", default={}),
         node_labels=dict(type="dict", default={}),
@@ -261,6 +273,10 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     if params["workers"] < 1:
         module.fail_json(msg=f"workers must be at least 1, not {params['workers']}")
+    try:
+        check_selection(params["names"], per_node, params["label_selector"], params["all_nodes"])
+    except NodeSpecError as exc:
+        module.fail_json(msg=str(exc))
 
     batch = NodeBatch(dynamic_client(module), workers=params["workers"], dry_run=module.check_mode,
                       field_manager=params["field_manager"])
@@ -271,6 +287,7 @@ def main() -> None:
         module.fail_json(msg=f"Could not list Nodes: {api_error_message(exc)}")
 
     wanted = list(dict.fromkeys((params["names"] or []) + list(per_node)))
+    named = params["names"] is not None or bool(per_node)
     missing = [name for name in wanted if name not in nodes]
     if missing and params["missing"] == "fail":
         sel = f" matching label selector '{params['label_selector']}'" if params["label_selector"] else ""
@@ -279,7 +296,8 @@ def main() -> None:
                 "maps a host to its Node), or use missing=ignore.",
             missing=missing,
         )
-    selected = [nodes[n] for n in wanted if n in nodes] if wanted else list(nodes.values())
+    # An empty names list selects nothing: only all_nodes or a label_selector alone select every (matching) Node.
+    selected = list(nodes.values()) if not named else [nodes[n] for n in wanted if n in nodes]
 
     def planner(node: dict):
         labels = {**common, **per_node.get(node["metadata"]["name"], {})}

@@ -220,3 +220,23 @@ def test_expression_matches_unknown_operator_gives_the_caller_s_answer():
     expr = {"key": "cpus", "operator": "Gt", "values": ["4"]}
     assert expression_matches(expr, {"cpus": "8"}) is False
     assert expression_matches(expr, {"cpus": "8"}, unknown=True) is True
+
+
+class TestSelection:
+    """k8s_nodes: an empty names list touches no Node; the whole cluster only with all_nodes (issue 20)."""
+
+    def test_explicit_selections_pass(self):
+        from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import check_selection
+        check_selection([], {}, None, False)
+        check_selection(["n1"], {}, None, False)
+        check_selection(None, {"n1": {}}, None, False)
+        check_selection(None, {}, "gpu=true", False)
+        check_selection(None, {}, None, True)
+        check_selection(None, {}, "gpu=true", True)
+
+    def test_nothing_selected_or_contradictory_refused(self):
+        from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import check_selection
+        with pytest.raises(NodeSpecError, match="all_nodes: true"):
+            check_selection(None, {}, None, False)
+        with pytest.raises(NodeSpecError, match="without names"):
+            check_selection([], {}, None, True)
