@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +56,84 @@ def playbook():
     def _run(*args: str) -> subprocess.CompletedProcess:
         return run(["ansible-playbook", "-i", "inventories/lab", *args])
     return _run
+
+
+# Lab tests that use programs the lab itself does not need: `lab/build-binaries.sh extras` (CRI-O's config loader,
+# Prometheus and promtool, prometheus-adapter, Karpenter's kwok provider) and the GPU-node bundle of
+# lab/pack-k8s-node.sh. `make lab` does not build them; `make test`'s prebuild builds them in the background, in this
+# order, while molecule and the other lab tests run. These files run last, in this order, and each first waits for
+# its build (the scripts lock per target: a build already running is waited for, a cached one is a no-op), or runs it.
+LATE_BUILDS: dict[str, list[str]] = {
+    "test_container_runtime_config.py": ["lab/build-binaries.sh", "crio-config"],
+    "test_dcgm_exporter.py": ["lab/build-binaries.sh", "prometheus"],
+    "test_gpu_alerts.py": ["lab/build-binaries.sh", "prometheus"],
+    "test_monitoring_chain.py": ["lab/build-binaries.sh", "prometheus", "adapter"],
+    "test_karpenter.py": ["lab/build-binaries.sh", "karpenter"],
+    "test_k8s_node_rehearsal.py": ["lab/pack-k8s-node.sh", "all"],
+}
+_LATE_ORDER = {name: i for i, name in enumerate(LATE_BUILDS)}
+# A build that has not finished after this long is reported on the terminal as it goes.
+_QUIET_SECONDS = 2.0
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The files of LATE_BUILDS after every other lab test, in LATE_BUILDS's order (each file's own order kept)."""
+    items.sort(key=lambda item: _LATE_ORDER.get(Path(str(item.fspath)).name, -1))
+
+
+def _next_line(lines: queue.Queue) -> str | None:
+    """The next line, "" when none came for half a second, None at the end."""
+    try:
+        return lines.get(timeout=0.5)
+    except queue.Empty:
+        return ""
+
+
+def build_for(config, cmd: list[str]) -> None:
+    """Run a lab build script (cached: a no-op in about a second) and fail with its error if it fails. Its log lines
+    go to the terminal once it has run for _QUIET_SECONDS, so a test waiting for a build says so."""
+    writer = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def say(text: str) -> None:
+        # Past pytest's output capture, so it shows while the build runs.
+        if capture:
+            with capture.global_and_fixture_disabled():
+                writer.write_line(text)
+        else:
+            writer.write_line(text)
+
+    seen: list[str] = []
+    with subprocess.Popen([str(ROOT / cmd[0]), *cmd[1:]], cwd=ROOT, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def _read() -> None:
+            for line in proc.stderr:
+                lines.put(line.rstrip("\n"))
+            lines.put(None)
+
+        threading.Thread(target=_read, daemon=True).start()
+        start, shown, loud = time.monotonic(), 0, False
+        while (line := _next_line(lines)) is not None:
+            if line:
+                seen.append(line)
+            if writer and time.monotonic() - start > _QUIET_SECONDS:
+                if not loud:
+                    loud = True
+                    say(f"\n[lab tests] waiting for `{' '.join(cmd)}` (see LATE_BUILDS in tests/lab/conftest.py)")
+                for pending in seen[shown:]:
+                    say(f"  {pending}")
+                shown = len(seen)
+        rc = proc.wait()
+    if rc != 0:
+        pytest.fail(f"`{' '.join(cmd)}` failed (rc {rc}); these tests need what it builds:\n" + "\n".join(seen[-40:]),
+                    pytrace=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def late_build(request):
+    """What a file of LATE_BUILDS needs, built (or waited for) before its first test."""
+    cmd = LATE_BUILDS.get(Path(str(request.fspath)).name)
+    if cmd:
+        build_for(request.config, cmd)
