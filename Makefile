@@ -10,6 +10,8 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export K8SGPU_LAB_STATE ?= $(CURDIR)/.lab
 export PYTHONDONTWRITEBYTECODE := 1
 INVENTORY ?= inventories/lab
+# First line of each step's recipe: when it started (make test's log is its timeline).
+STAMP = @echo "[make $@ started $$(date +%H:%M:%S)]"
 
 .PHONY: help deps venv lab lab-down lab-status site test prebuild lint sanity unit cloud molecule integration upgrade-test clean-cache
 
@@ -28,6 +30,7 @@ deps:  ## install the Debian packages the lab needs (as root) and check Go 1.26+
 venv: $(VENV)/.installed  ## create .venv with the pinned development dependencies
 
 lab: deps venv  ## bring the lab up (node containers, apt proxy, Kubernetes control plane)
+	$(STAMP)
 	lab/lab.sh up
 
 lab-down:  ## remove the lab's containers, network and processes
@@ -37,41 +40,60 @@ lab-status:  ## show the lab
 	lab/lab.sh status
 
 site: lab  ## on a fresh machine: install what is missing, bring the lab up, run site.yml against it
+	$(STAMP)
 	ansible-playbook site.yml -i $(INVENTORY)
 
 test: prebuild lint sanity unit cloud lab molecule integration  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
 
-# The lab's Go builds and the GPU-node bundle the rehearsal test uses (cached
-# by version; minutes when the cache is cold) start in the background while
-# lint, sanity, unit and cloud run, which leave a core idle most of the time.
-# `make lab` and the rehearsal wait for them (both scripts hold a lock) and
-# report their errors. The bundle takes the venv's wheels: it waits for it.
+# Started in the background while lint, sanity, unit and cloud run (they leave
+# a core idle most of the time): the Go builds the lab needs
+# (lab/build-binaries.sh lab: kwok, etcd, Kubernetes, the toolkit repository)
+# beside the node images (lab/lab.sh images: debootstrap, network-bound); then,
+# at lower priority, what only tests use (lab/build-binaries.sh extras: CRI-O's
+# config loader, Prometheus, prometheus-adapter, Karpenter) and the GPU-node
+# bundle (lab/pack-k8s-node.sh; it takes the venv's wheels, so it waits for
+# it). `make lab` waits only for the first part; the lab tests that use the rest
+# run last and wait for their build (tests/lab/conftest.py, LATE_BUILDS). The
+# scripts lock per target and cache by version; they report their own errors
+# when `make lab` or a test runs them again.
+PREBUILD_LOG = $(K8SGPU_LAB_STATE)/prebuild.log
 prebuild:
 	@mkdir -p $(K8SGPU_LAB_STATE)
 	@if command -v go >/dev/null; then \
-	  setsid bash -c 'lab/build-binaries.sh all && \
-	    for i in $$(seq 600); do [ -f $(VENV)/.installed ] && break; sleep 1; done && lab/pack-k8s-node.sh all' \
-	    >$(K8SGPU_LAB_STATE)/prebuild.log 2>&1 </dev/null & \
-	  echo "lab builds started in the background (log: $(K8SGPU_LAB_STATE)/prebuild.log)"; fi
+	  setsid bash -c 'stamp() { echo "[prebuild $$(date +%H:%M:%S)] $$*"; }; \
+	    stamp lab; lab/build-binaries.sh lab; \
+	    stamp extras; nice -n 10 lab/build-binaries.sh extras; \
+	    for i in $$(seq 600); do [ -f $(VENV)/.installed ] && break; sleep 1; done; \
+	    stamp pack-k8s-node; nice -n 10 lab/pack-k8s-node.sh all; stamp done' \
+	    >$(PREBUILD_LOG) 2>&1 </dev/null & \
+	  echo "lab builds started in the background (log: $(PREBUILD_LOG))"; fi
+	@setsid lab/lab.sh images >$(K8SGPU_LAB_STATE)/prebuild-images.log 2>&1 </dev/null & \
+	  echo "lab node images started in the background (log: $(K8SGPU_LAB_STATE)/prebuild-images.log)"
 
 lint: venv  ## ansible-lint, production profile
+	$(STAMP)
 	ansible-lint --profile production
 	antsibull-changelog lint
 
 sanity: venv  ## ansible-test sanity (tests/sanity/run.sh)
+	$(STAMP)
 	tests/sanity/run.sh
 
 unit: venv  ## unit tests
+	$(STAMP)
 	pytest -q tests/unit
 
 cloud: venv  ## cloud modules against a local moto server (tests/cloud; no AWS account, no network)
+	$(STAMP)
 	pytest -q tests/cloud
 
 molecule: lab  ## molecule scenarios on the lab's Debian images
+	$(STAMP)
 	source $(K8SGPU_LAB_STATE)/env && for s in molecule/*/molecule.yml; do \
 	  s=$${s#molecule/}; molecule test -s $${s%/molecule.yml}; done
 
 integration: lab  ## lab integration tests (tests/lab) against the running lab
+	$(STAMP)
 	pytest -q tests/lab
 
 upgrade-test: lab  ## rolling driver upgrade on real packages, 535.216.03 -> 535.261.03 with DKMS (slow; not in make test)
