@@ -6,7 +6,9 @@
 #   playbooks.log    every ansible-playbook run in full, with its PLAY RECAP
 #   nodes.txt        kubectl get nodes -o wide, capacity/allocatable, labels, pods
 #   device-plugin.log  the device plugin pod's log (1 GPU, then 4 replicas)
-#   job.log          the cuda-vector-add Jobs' own pod logs, and the module's result
+#   job.log          the cuda-vector-add Jobs' own pod logs, and the module's result;
+#                    the isolation probe's log (no GPU asked for, NVIDIA_VISIBLE_DEVICES=all)
+#                    and the four time-sliced pods' logs (issue 19)
 #   timeline.jsonl   watch.py's timeline (Node, pods, Jobs, with times)
 #   bench.txt        the measurements (measure.py)
 #   logs.tar.xz      the last lines of each daemon's log
@@ -103,6 +105,11 @@ if [ "$(containerd_sum)" != "$before" ]; then
   restart_containerd; mark containerd_restarted
   { echo "== $CONTAINERD_CONFIG"; cat "$CONTAINERD_CONFIG"; echo "== $CONTAINERD_DROP_IN"; cat "$CONTAINERD_DROP_IN"; } >>"$PLAYLOG"
 fi
+# GPU isolation (issue 19): the toolkit's config.toml as container_toolkit left it.
+{ echo "== /etc/nvidia-container-runtime/config.toml (accept-* keys)"
+  grep -n 'accept-nvidia-visible-devices' /etc/nvidia-container-runtime/config.toml; } 2>&1 | tee -a "$PLAYLOG"
+grep -qx 'accept-nvidia-visible-devices-envvar-when-unprivileged = false' /etc/nvidia-container-runtime/config.toml \
+  || die "container_toolkit did not set accept-nvidia-visible-devices-envvar-when-unprivileged = false"
 play kubernetes playbooks/kubernetes.yml || { nodes "after kubernetes.yml (failed)" >>"$OUT/nodes.txt"; die "kubernetes.yml failed (playbooks.log)"; }
 nodes "after kubernetes.yml: the device plugin deployed" | tee -a "$OUT/nodes.txt"
 kubectl -n kube-system logs ds/nvidia-device-plugin-daemonset >"$OUT/device-plugin.log" 2>&1
@@ -111,6 +118,40 @@ echo "the Node advertises nvidia.com/gpu: $allocatable (GPUs on this machine: $G
 [ "$allocatable" = "$GPU_COUNT" ] || die "the Node advertises nvidia.com/gpu: $allocatable, this machine has $GPU_COUNT GPUs"
 play verify playbooks/verify.yml -v
 mark site_first_end
+
+# GPU isolation (issue 19): a pod that asks for no nvidia.com/gpu and sets
+# NVIDIA_VISIBLE_DEVICES=all must not reach a GPU (the runtime ignores the
+# variable in an unprivileged container); its own log says why.
+echo "== isolation: a pod with NVIDIA_VISIBLE_DEVICES=all and no nvidia.com/gpu request"
+mark isolation_probe_start
+cat <<YAML | kubectl apply -f - >/dev/null || die "creating the isolation probe pod failed"
+apiVersion: v1
+kind: Pod
+metadata: {name: isolation-probe, namespace: default, labels: {k8sgpu-test: isolation}}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: cuda-vector-add
+      image: $VERIFY_IMAGE
+      imagePullPolicy: IfNotPresent
+      env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]
+YAML
+phase=
+for _ in $(seq 90); do
+  phase=$(kubectl get pod isolation-probe -o jsonpath='{.status.phase}')
+  case "$phase" in Succeeded|Failed) break ;; esac
+  sleep 1
+done
+mark isolation_probe_end
+probe_log=$(kubectl logs isolation-probe 2>&1)
+{ echo "== isolation-probe (no nvidia.com/gpu, env NVIDIA_VISIBLE_DEVICES=all): phase $phase"
+  echo "$probe_log"; } | tee -a "$OUT/job.log"
+kubectl delete pod isolation-probe --wait=false >/dev/null
+if grep -q 'Test PASSED' <<<"$probe_log"; then
+  die "ISOLATION BROKEN: a pod without nvidia.com/gpu used the GPU through NVIDIA_VISIBLE_DEVICES=all"
+fi
+grep -qiE 'error|failed' <<<"$probe_log" || die "the isolation probe's log does not say why it could not use a GPU (phase $phase)"
+echo "isolation: the unallocated pod with NVIDIA_VISIBLE_DEVICES=all got no GPU ($(grep -iE 'error|failed' <<<"$probe_log" | head -1))"
 
 # Several GPUs (issue 13): one cuda-vector-add Job per GPU at once on this one
 # Node (k8s_gpu_verify with the Node listed once per GPU); the device plugin
@@ -156,4 +197,49 @@ mark slicing_gpu4
 nodes "after time-slicing with 4 replicas per GPU" | tee -a "$OUT/nodes.txt"
 { echo "===== device plugin pod log, time-slicing (4 replicas)"; kubectl -n kube-system logs ds/nvidia-device-plugin-daemonset; } >>"$OUT/device-plugin.log" 2>&1
 [ "$(kubectl get node "$NODE_NAME" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$SLICED" ] || die "the Node does not advertise nvidia.com/gpu: $SLICED"
+
+# Four allocated pods (1 nvidia.com/gpu each, time-sliced) at once: the
+# scheduler binds all four before any finishes, and each log says Test PASSED.
+echo "== time-slicing: four pods with 1 nvidia.com/gpu each at once"
+mark sliced_pods_start
+for i in 1 2 3 4; do cat <<YAML; done | kubectl apply -f - >/dev/null || die "creating the time-sliced pods failed"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sliced-$i, namespace: default, labels: {k8sgpu-test: sliced}}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: cuda-vector-add
+      image: $VERIFY_IMAGE
+      imagePullPolicy: IfNotPresent
+      resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+for _ in $(seq 120); do
+  finished=$(kubectl get pods -l k8sgpu-test=sliced -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -cE 'Succeeded|Failed')
+  [ "$finished" = 4 ] && break
+  sleep 1
+done
+mark sliced_pods_end
+sliced_passed=0
+for i in 1 2 3 4; do
+  log=$(kubectl logs "sliced-$i" 2>&1)
+  # shellcheck disable=SC2016 # a jsonpath, not shell
+  { echo "== sliced-$i (nvidia.com/gpu: 1 of $SLICED): $(kubectl get pod "sliced-$i" -o jsonpath='{.status.phase}, scheduled {.status.conditions[?(@.type=="PodScheduled")].lastTransitionTime}, ran {.status.containerStatuses[0].state.terminated.startedAt} to {.status.containerStatuses[0].state.terminated.finishedAt}')"
+    echo "$log"; } | tee -a "$OUT/job.log"
+  if grep -q 'Test PASSED' <<<"$log"; then sliced_passed=$((sliced_passed + 1)); fi
+done
+# At once: the last of the four was bound no later than the first one finished.
+kubectl get pods -l k8sgpu-test=sliced -o json | python3 -c '
+import json, sys
+pods = json.load(sys.stdin)["items"]
+sched = [c["lastTransitionTime"] for p in pods for c in p["status"].get("conditions", []) if c["type"] == "PodScheduled"]
+fin = [s["state"]["terminated"]["finishedAt"] for p in pods for s in p["status"].get("containerStatuses", []) if "terminated" in s["state"]]
+print(f"time-sliced pods: {len(sched)} scheduled, the last at {max(sched) if sched else None}; the first finished at {min(fin) if fin else None}")
+sys.exit(0 if len(sched) == 4 and fin and max(sched) <= min(fin) else 1)' | tee -a "$OUT/job.log"
+together=${PIPESTATUS[1]}
+kubectl delete pods -l k8sgpu-test=sliced --wait=false >/dev/null
+echo "time-slicing: $sliced_passed of 4 pods with 1 nvidia.com/gpu each say Test PASSED"
+[ "$together" = 0 ] || die "the four time-sliced pods were not all bound before the first one finished"
+[ "$sliced_passed" = 4 ] || die "only $sliced_passed of the 4 time-sliced pods passed"
 echo "K8S-NODE PASSED"
