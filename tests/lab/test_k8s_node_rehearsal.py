@@ -8,7 +8,10 @@ images (pause, the device plugin, cuda-vector-add) as the GPU run does, makes
 nvidia-container-runtime containerd's default with the collection's
 container_runtime_config module, restarts containerd, and runs a pod and the
 cuda-vector-add Job on the real kubelet. No GPU here: the Job must fail, and its
-own log must say it found no libcuda.so.1. The script stops and removes all of
+own log must say it found no libcuda.so.1. With the toolkit's config.toml set for GPU
+isolation (issue 19), the runtime's own debug log shows that a pod setting
+NVIDIA_VISIBLE_DEVICES=all gets nothing and a pod with the device plugin's mount asks
+for exactly the mounted GPU. The script stops and removes all of
 it (the fixture checks nothing of it is left).
 
 The bundle comes from lab/pack-k8s-node.sh (cached by version: seconds when
@@ -77,6 +80,27 @@ def test_cuda_vector_add_fails_without_a_gpu_saying_why(rehearsal):
     assert "[Vector addition of 50000 elements]" in report
     assert "Failed to load libcuda.so.1" in report and "nvidia.com/gpu: 1" in report
     assert "log says Test PASSED: False" in report
+
+
+def test_gpu_isolation_decision_of_the_real_runtime(rehearsal):
+    """Issue 19: nvidia-container-runtime, configured by the collection's container_toolkit_config module as the
+    container_toolkit role does, ignores NVIDIA_VISIBLE_DEVICES=all in an unprivileged pod (it runs with nothing
+    injected) and takes the /dev/null mount under /var/run/nvidia-container-devices/ as a request for that GPU."""
+    proc, out = rehearsal
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = (out / "rehearsal.txt").read_text(encoding="utf-8")
+    section = report[report.index("== isolation:"):]
+    assert "accept-nvidia-visible-devices-envvar-when-unprivileged = false" in section
+    assert "accept-nvidia-visible-devices-as-volume-mounts = true" in section
+    # The mode the runtime chose by itself (auto), the same on the H100 (jit-cdi in toolkit 1.20).
+    assert "Auto-detected mode as 'jit-cdi'" in section, section
+    assert re.search(r"Ignoring devices requested by environment variable\(s\) in unprivileged container: "
+                     r"\[NVIDIA_VISIBLE_DEVICES\]", section), section
+    assert "No devices requested; no modification required." in section, section
+    # The envvar pod ran; the mounted request named exactly the mounted id.
+    assert re.search(r"^isolation-envvar\s+1/1\s+Running", section, re.M), section
+    assert re.search(r"automatic CDI \S+ for devices \[runtime\.nvidia\.com/gpu=GPU-rehearsal\]", section), section
+    assert "runtime.nvidia.com/gpu=all" not in section
 
 
 def test_nothing_is_left_behind(rehearsal):

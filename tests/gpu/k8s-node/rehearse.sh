@@ -26,7 +26,20 @@ args=$(python3 -c 'import json, sys; print(json.dumps(dict(runtime="containerd",
 ANSIBLE_CONFIG=$REPO/ansible.cfg ansible localhost -m k8sgpu.nvidia.container_runtime_config -a "$args" >"$OUT/runtime-config.txt" 2>&1 \
   || { cat "$OUT/runtime-config.txt"; die "container_runtime_config failed"; }
 grep -q "CHANGED" "$OUT/runtime-config.txt" || { cat "$OUT/runtime-config.txt"; die "container_runtime_config changed nothing"; }
-PATH=$toolkit/usr/bin:$PATH restart_containerd
+# GPU isolation (issue 19): the runtime's config.toml under the prefix, set by
+# the collection's container_toolkit_config module (nvidia-ctk config) as the
+# container_toolkit role sets it, with the runtime's debug log; containerd
+# passes NVIDIA_CTK_CONFIG_FILE_PATH on to nvidia-container-runtime.
+TOOLKIT_CONFIG=$P/etc/nvidia-container-runtime/config.toml
+RUNTIME_LOG=$P/var/log/nvidia-container-runtime.log
+mkdir -p "$(dirname "$RUNTIME_LOG")"
+args=$(python3 -c 'import json, sys; print(json.dumps(dict(path=sys.argv[1], nvidia_ctk=sys.argv[2] + "/usr/bin/nvidia-ctk",
+  backup_dir=sys.argv[4], settings={"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+  "accept-nvidia-visible-devices-as-volume-mounts": True, "nvidia-container-runtime.debug": sys.argv[3],
+  "nvidia-container-runtime.log-level": "debug"})))' "$TOOLKIT_CONFIG" "$toolkit" "$RUNTIME_LOG" "$STATE/backups")
+ANSIBLE_CONFIG=$REPO/ansible.cfg ansible localhost -m k8sgpu.nvidia.container_toolkit_config -a "$args" >"$OUT/toolkit-config.txt" 2>&1 \
+  || { cat "$OUT/toolkit-config.txt"; die "container_toolkit_config failed"; }
+PATH=$toolkit/usr/bin:$PATH NVIDIA_CTK_CONFIG_FILE_PATH=$TOOLKIT_CONFIG restart_containerd
 mark containerd_restarted
 say "containerd restarted with the nvidia runtime as its default ($CONTAINERD_DROP_IN)"
 
@@ -69,6 +82,61 @@ print(r["Name"], "runs", m.group().decode() if m else "runc (no BinaryName)")'
 } 2>&1 | tee "$OUT/rehearsal.txt"
 grep -q 'nvidia-container-runtime' "$OUT/rehearsal.txt" || die "the pause container did not run through nvidia-container-runtime"
 grep -q 'Failed to load libcuda.so.1' "$OUT/rehearsal.txt" || die "the cuda-vector-add log does not say why it failed"
+# The decision, read from nvidia-container-runtime's own debug log: a pod that
+# sets NVIDIA_VISIBLE_DEVICES=all gets nothing injected (and runs), a pod with
+# the device plugin's /dev/null mount under /var/run/nvidia-container-devices/
+# is asked for that GPU (no GPU here: its container cannot be created).
+mark isolation_pods
+cat <<YAML | kubectl apply -f - >/dev/null || die "creating the isolation pods failed"
+apiVersion: v1
+kind: Pod
+metadata: {name: isolation-envvar, namespace: default}
+spec:
+  containers:
+    - name: pause
+      image: $PAUSE_IMAGE
+      imagePullPolicy: IfNotPresent
+      env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: isolation-mount, namespace: default}
+spec:
+  containers:
+    - name: pause
+      image: $PAUSE_IMAGE
+      imagePullPolicy: IfNotPresent
+      volumeMounts: [{name: gpu, mountPath: /var/run/nvidia-container-devices/GPU-rehearsal, readOnly: true}]
+  volumes:
+    - {name: gpu, hostPath: {path: /dev/null, type: CharDevice}}
+YAML
+kubectl wait --for jsonpath='{.status.phase}'=Running --timeout 60s pod/isolation-envvar >/dev/null \
+  || { kubectl describe pod isolation-envvar; die "the pod with NVIDIA_VISIBLE_DEVICES=all did not run"; }
+for _ in $(seq 60); do grep -q 'runtime.nvidia.com/gpu=GPU-rehearsal' "$RUNTIME_LOG" 2>/dev/null && break; sleep 0.5; done
+{
+  echo "== isolation: $TOOLKIT_CONFIG (accept-* keys, set by container_toolkit_config)"
+  grep 'accept-nvidia-visible-devices' "$TOOLKIT_CONFIG"
+  echo "== isolation: nvidia-container-runtime's log (mode, requests, decisions)"
+  python3 - "$RUNTIME_LOG" <<'PY'
+import json, re, sys
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    try:
+        msg = json.loads(line).get("msg", "")
+    except ValueError:
+        msg = line.strip()
+    if re.search(r"Auto-detected mode|Ignoring devices requested|No devices requested|automatic CDI|in-memory CDI|error running|failed to", msg):
+        print(msg[:300])
+PY
+  echo "== isolation: pods"
+  kubectl get pod isolation-envvar isolation-mount -o wide
+  echo "isolation-envvar's environment asks for all GPUs: $(kubectl get pod isolation-envvar -o jsonpath='{.spec.containers[0].env}')"
+  echo "isolation-mount waiting: $(kubectl get pod isolation-mount -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}')"
+} 2>&1 | tee -a "$OUT/rehearsal.txt"
+grep -q 'Ignoring devices requested by environment variable' "$OUT/rehearsal.txt" \
+  || die "the runtime's log does not say it ignored NVIDIA_VISIBLE_DEVICES=all ($RUNTIME_LOG)"
+grep -q 'runtime.nvidia.com/gpu=GPU-rehearsal' "$OUT/rehearsal.txt" \
+  || die "the runtime's log does not show the mounted GPU request ($RUNTIME_LOG)"
+kubectl delete pod isolation-envvar isolation-mount --wait=false >/dev/null
 ip=$(kubectl get pod rehearsal-pause -o jsonpath='{.status.podIP}')
 case "$ip" in 10.244.0.*) ;; *) die "the pause pod's IP '$ip' is not from the CNI bridge's 10.244.0.0/24" ;; esac
 stop watch
