@@ -1,6 +1,7 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the GPU monitoring roles (dcgm_exporter, gpu_alerts); the logic is in module_utils/_monitoring.py."""
+"""Filters of the GPU monitoring roles (dcgm_exporter, gpu_alerts, gpu_dashboard, gpu_metrics_adapter); the logic
+is in module_utils/_monitoring.py."""
 from __future__ import annotations
 
 from typing import Any
@@ -58,6 +59,22 @@ def gpu_alert_rules(settings: Any) -> list[dict]:
         raise AnsibleFilterError(str(exc)) from None
 
 
+def pod_security_namespace(name: Any, level: Any, version: Any = "latest") -> dict:
+    try:
+        return _monitoring.pod_security_namespace(name, level, version)
+    except _monitoring.MonitoringError as exc:
+        raise AnsibleFilterError(f"pod_security_namespace: {exc}") from None
+
+
+def pod_security_conflict(namespace: Any, needed: Any) -> str:
+    if not isinstance(namespace, (dict, type(None))):
+        raise AnsibleFilterError("pod_security_conflict expects a Namespace object (or none)")
+    try:
+        return _monitoring.pod_security_conflict(namespace, needed)
+    except _monitoring.MonitoringError as exc:
+        raise AnsibleFilterError(f"pod_security_conflict: {exc}") from None
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -68,4 +85,6 @@ class FilterModule:
             "gpu_nodes_outside": gpu_nodes_outside,
             "gpu_alert_rules": gpu_alert_rules,
             "grafana_dashboard": grafana_dashboard,
+            "pod_security_conflict": pod_security_conflict,
+            "pod_security_namespace": pod_security_namespace,
         }

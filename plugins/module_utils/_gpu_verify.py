@@ -24,8 +24,12 @@ def job_name(run_id: str, index: int) -> str:
 
 def job_manifest(name: str, namespace: str, run_id: str, image: str, gpus: int, node: str | None,
                  node_selector: dict, tolerations: list, timeout: int, runtime_class: str | None,
-                 image_pull_secrets: list, command: list | None) -> dict:
-    """A Job running one cuda-vector-add pod that asks for `gpus` nvidia.com/gpu."""
+                 image_pull_secrets: list, command: list | None, run_as_user: int | None = None) -> dict:
+    """A Job running one cuda-vector-add pod that asks for `gpus` nvidia.com/gpu.
+
+    Least privilege: no capability, no privilege escalation, the runtime's default seccomp profile, no service
+    account token (Pod Security baseline). With run_as_user (an image that runs as that user; /dev/nvidia* are
+    0666) also non-root, which makes it Pod Security restricted."""
     selector = dict(node_selector or {})
     labels = {"app.kubernetes.io/name": "cuda-vector-add", "app.kubernetes.io/managed-by": MANAGED_BY, RUN_LABEL: run_id}
     if node:
@@ -34,13 +38,18 @@ def job_manifest(name: str, namespace: str, run_id: str, image: str, gpus: int, 
         "name": "cuda-vector-add",
         "image": image,
         "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]},
+                            "seccompProfile": {"type": "RuntimeDefault"}},
     }
     if command:
         container["command"] = list(command)
+    pod_security = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if run_as_user is not None:
+        pod_security.update(runAsNonRoot=True, runAsUser=int(run_as_user))
     pod_spec = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
+        "securityContext": pod_security,
         "containers": [container],
         "tolerations": tolerations,
     }

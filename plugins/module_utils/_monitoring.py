@@ -5,7 +5,8 @@
 Pure functions over plain data, so they are unit-tested without a cluster:
 - the DCGM exporter's counters CSV from the role's list of counters (checked as the exporter checks it);
 - per GPU Node, why no Ready exporter pod runs there (the device plugin's diagnosis, _k8s_gpu);
-- the Prometheus alert rules of the gpu_alerts role.
+- the Prometheus alert rules of the gpu_alerts role;
+- the Pod Security labels of the namespaces the roles create, and whether an existing namespace admits their pods.
 """
 from __future__ import annotations
 
@@ -284,3 +285,54 @@ def gpu_alert_rules(settings: dict) -> list[dict]:
              "missing there or cannot see every GPU."),
     ]
     return [{"name": s["group_name"], "rules": rules}]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pod Security Admission: the namespaces the roles create
+# ---------------------------------------------------------------------------------------------------------------
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")  # strictest first
+POD_SECURITY_PREFIX = "pod-security.kubernetes.io/"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "k8sgpu.nvidia"}
+
+
+def pod_security_labels(level: str, version: str = "latest") -> dict:
+    """enforce, audit and warn at `level`, each pinned to the policy `version` ("latest" or "v1.N")."""
+    if level not in POD_SECURITY_LEVELS:
+        raise MonitoringError(f"Pod Security level {level!r} is not one of {', '.join(POD_SECURITY_LEVELS)}")
+    if not isinstance(version, str) or not re.match(r"^(latest|v1\.[0-9]+)$", version):
+        raise MonitoringError(f"Pod Security version {version!r} is neither 'latest' nor 'v1.<minor>'")
+    out = {}
+    for mode in ("enforce", "audit", "warn"):
+        out[f"{POD_SECURITY_PREFIX}{mode}"] = level
+        out[f"{POD_SECURITY_PREFIX}{mode}-version"] = version
+    return out
+
+
+def pod_security_namespace(name: str, level: str, version: str = "latest") -> dict:
+    """The Namespace a role creates: labelled as the collection's, with the Pod Security labels of `level`."""
+    if not isinstance(name, str) or not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", name):
+        raise MonitoringError(f"namespace {name!r} is not a DNS label")
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {**MANAGED_BY, **pod_security_labels(level, version)}}}
+
+
+def pod_security_conflict(namespace: dict | None, needed: str) -> str:
+    """Why the pods needing `needed` would be refused in an existing namespace ('' when they are admitted).
+
+    Only the enforce label refuses pods (audit and warn only record and warn); without it the cluster's default
+    applies (privileged, unless the admission configuration says otherwise)."""
+    if needed not in POD_SECURITY_LEVELS:
+        raise MonitoringError(f"Pod Security level {needed!r} is not one of {', '.join(POD_SECURITY_LEVELS)}")
+    if not namespace:
+        return ""
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    enforce = labels.get(f"{POD_SECURITY_PREFIX}enforce")
+    if enforce not in POD_SECURITY_LEVELS:
+        return ""
+    if POD_SECURITY_LEVELS.index(enforce) < POD_SECURITY_LEVELS.index(needed):
+        name = (namespace.get("metadata") or {}).get("name")
+        return (f"namespace {name} enforces Pod Security level {enforce}, but these pods need {needed}: the API "
+                f"server would refuse them. Label it (kubectl label --overwrite namespace {name} "
+                f"{POD_SECURITY_PREFIX}enforce={needed}) or choose another namespace")
+    return ""
+

@@ -84,6 +84,13 @@ options:
     type: list
     elements: str
     default: []
+  run_as_user:
+    description:
+      - Run the container as this user id (not 0), with C(runAsNonRoot), for an image that works as that user (the
+        GPU device files C(/dev/nvidia*) are usually mode 0666). The pods then pass Pod Security C(restricted).
+      - Unset, the image's own user runs (root in NVIDIA's cuda-sample images); the pods pass C(baseline).
+      - Either way the container has no capability, no privilege escalation and the C(RuntimeDefault) seccomp profile.
+    type: int
   timeout:
     description: Seconds to wait for all Jobs to finish. Also the Jobs' C(activeDeadlineSeconds).
     type: int
@@ -101,6 +108,8 @@ options:
 requirements:
   - kubernetes >= 24.2.0 (Python)
 notes:
+  - The pods run with the least privilege the test allows - no service account token, no capability, no privilege
+    escalation, the C(RuntimeDefault) seccomp profile (Pod Security C(baseline); C(restricted) with O(run_as_user)).
   - Needs RBAC C(create), C(get), C(list), C(delete) on C(jobs), C(list) on C(pods) and C(events), and C(get) on C(pods/log)
     in O(namespace).
 """
@@ -232,6 +241,7 @@ def main() -> None:
                          default=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
         runtime_class=dict(type="str"),
         image_pull_secrets=dict(type="list", elements="str", default=[], no_log=False),  # Secret names, not secrets
+        run_as_user=dict(type="int"),
         timeout=dict(type="int", default=300),
         require_logs=dict(type="bool", default=True),
         cleanup=dict(type="bool", default=True),
@@ -242,6 +252,9 @@ def main() -> None:
         module.fail_json(msg="per_node=true needs the Node names in nodes")
     if p["gpus"] < 1:
         module.fail_json(msg=f"gpus must be at least 1, not {p['gpus']}")
+    if p["run_as_user"] is not None and p["run_as_user"] < 1:
+        module.fail_json(msg=f"run_as_user must be a non-root user id (1 or more), not {p['run_as_user']}; "
+                             "leave it unset to run the image's own user")
     api = dynamic_client(module)
 
     run_id = uuid.uuid4().hex[:6]
@@ -249,7 +262,7 @@ def main() -> None:
     jobs = {
         job_name(run_id, i): job_manifest(job_name(run_id, i), p["namespace"], run_id, p["image"], p["gpus"], node,
                                           p["node_selector"], p["tolerations"], p["timeout"], p["runtime_class"],
-                                          p["image_pull_secrets"], p["command"])
+                                          p["image_pull_secrets"], p["command"], p["run_as_user"])
         for i, node in enumerate(targets)
     }
     pinned = dict(zip(jobs, targets))

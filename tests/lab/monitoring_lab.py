@@ -50,7 +50,9 @@ LAB_NAME = os.environ.get("K8SGPU_LAB_NAME", "k8sgpu-lab")
 GPU_NODES = [f"{LAB_NAME}-gpu-1", f"{LAB_NAME}-gpu-2"]
 
 # What the dcgm_exporter role deploys (its defaults): the target labels the ServiceMonitor gives every series.
-EXPORTER_NAMESPACE = "gpu-monitoring"
+EXPORTER_NAMESPACE = "dcgm-exporter"
+# The gpu_metrics_adapter role's default namespace (apart from the exporter's: Pod Security restricted).
+ADAPTER_NAMESPACE = "gpu-monitoring"
 EXPORTER_SERVICE = "dcgm-exporter"
 EXPORTER_CONTAINER = "dcgm-exporter"
 EXPORTER_PORT_NAME = "metrics"
@@ -277,6 +279,9 @@ class Adapter:
     relist_interval: str = "15s"
     name: str = "prometheus-adapter"
     port: int = 0
+    # The serving certificate the gpu_metrics_adapter role wrote (tls.crt, tls.key); None: the adapter's own
+    # self-signed one (in --cert-dir), which an APIService with the role's caBundle refuses.
+    tls_dir: Path | None = None
     process: LabProcess | None = None
 
     def start(self) -> Adapter:
@@ -285,7 +290,9 @@ class Adapter:
         self.port = self.port or free_port()
         certs = self.workdir / "certs"
         certs.mkdir(parents=True, exist_ok=True)
-        argv = [str(ADAPTER_BIN), f"--secure-port={self.port}", "--bind-address=127.0.0.1", f"--cert-dir={certs}",
+        tls = ([f"--tls-cert-file={self.tls_dir / 'tls.crt'}", f"--tls-private-key-file={self.tls_dir / 'tls.key'}"]
+               if self.tls_dir else [f"--cert-dir={certs}"])
+        argv = [str(ADAPTER_BIN), f"--secure-port={self.port}", "--bind-address=127.0.0.1", *tls,
                 f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
                 f"--lister-kubeconfig={self.kubeconfig}", f"--prometheus-url={self.prometheus_url}",
                 f"--config={self.config_file}", f"--metrics-relist-interval={self.relist_interval}", "--v=1"]
@@ -355,7 +362,9 @@ class Chain:
     """Stand-in exporter -> Prometheus -> prometheus-adapter, registered as custom.metrics.k8s.io by the
     gpu_metrics_adapter role in external mode (ExternalName Service to 127.0.0.1, as kwok registers metrics-server).
 
-    The adapter's configuration is the role's own: rendered first with gpu_metrics_adapter_mode=rules_only."""
+    The adapter's configuration and serving certificate are the role's own: a first external run (no wait) writes
+    the configuration and the certificate (its CA in the APIServices' caBundle), the adapter starts with them, and a
+    second run waits until the aggregator reaches it, verified by that CA."""
 
     kubeconfig: str
     workdir: Path
@@ -387,11 +396,13 @@ class Chain:
         self.prometheus = Prometheus(scrape_config(self.standin, pods, interval=self.scrape_interval),
                                      self.workdir).start()
         wait_for("Prometheus scraping the stand-in", self.prometheus.targets_up, 30)
-        res = run_role("gpu_metrics_adapter", self.adapter_vars(gpu_metrics_adapter_mode="rules_only"), self.workdir)
-        if res.returncode:
-            raise RuntimeError(f"gpu_metrics_adapter rules_only failed:\n{res.stdout[-3000:]}")
         self.adapter = Adapter(self.kubeconfig, self.workdir / "adapter" / "prometheus-adapter-config.yaml",
-                               self.prometheus.url, self.workdir, relist_interval=self.relist_interval).start()
+                               self.prometheus.url, self.workdir, relist_interval=self.relist_interval,
+                               port=free_port(), tls_dir=self.workdir / "adapter")
+        res = run_role("gpu_metrics_adapter", self.adapter_vars(gpu_metrics_adapter_wait=False), self.workdir)
+        if res.returncode:
+            raise RuntimeError(f"gpu_metrics_adapter external (no wait) failed:\n{res.stdout[-3000:]}")
+        self.adapter.start()
         res = run_role("gpu_metrics_adapter", self.adapter_vars(), self.workdir)
         if res.returncode:
             raise RuntimeError(f"gpu_metrics_adapter external failed:\n{res.stdout[-3000:]}")
@@ -408,6 +419,7 @@ class Chain:
             _ignore_404(reg.delete_api_service, f"{version}.custom.metrics.k8s.io")
         for name in ("custom-metrics-reader", "resource-reader"):
             _ignore_404(rbac.delete_cluster_role, f"k8sgpu:{self.adapter_name}:{name}")
+        _ignore_404(client.CoreV1Api(api).delete_namespaced_secret, f"{self.adapter_name}-serving-cert", self.namespace)
         for name in ("hpa-custom-metrics", "resource-reader", "auth-delegator"):
             _ignore_404(rbac.delete_cluster_role_binding, f"k8sgpu:{self.adapter_name}:{name}")
         for part in (self.adapter, self.prometheus, self.standin):
@@ -427,8 +439,9 @@ def _ignore_404(call: Callable, *args: Any) -> None:
 
 def _up(args: list[str]) -> None:
     """For site.yml against the lab: stand-in, Prometheus and the adapter on fixed ports (K8SGPU_LAB_* variables),
-    their addresses under .lab/monitoring/ (the lab inventory reads them). The adapter's configuration is the
-    gpu_metrics_adapter role's (rules_only); site.yml -e k8sgpu_monitoring=true then registers it (external)."""
+    their addresses under .lab/monitoring/ (the lab inventory reads them). The adapter's configuration and serving
+    certificate are the gpu_metrics_adapter role's (external mode, which also registers it, verified by the
+    certificate's CA); site.yml -e k8sgpu_monitoring=true then finds them in place."""
     from kubernetes import client, config
 
     kubeconfig = str(LAB_STATE / "kubeconfig")
@@ -443,14 +456,21 @@ def _up(args: list[str]) -> None:
                       port=int(os.environ.get("K8SGPU_LAB_PROMETHEUS_PORT", "39090"))).start()
     (state / "prometheus-url").write_text(prom.url + "\n")
     (state / "dcgm-standin-url").write_text(standin.control + "\n")
-    res = run_role("gpu_metrics_adapter", {"gpu_metrics_adapter_mode": "rules_only",
+    port = int(os.environ.get("K8SGPU_LAB_ADAPTER_PORT", "36444"))
+    # external, without waiting: the configuration and the serving certificate the adapter starts with (the
+    # APIServices trust that certificate's CA only); site.yml's own run then finds both in place.
+    res = run_role("gpu_metrics_adapter", {"gpu_metrics_adapter_mode": "external",
+                                           "gpu_metrics_adapter_external_name": "127.0.0.1",
+                                           "gpu_metrics_adapter_external_port": port,
                                            "gpu_metrics_adapter_output_dir": str(state / "adapter"),
                                            "gpu_metrics_adapter_prometheus_check": "direct",
+                                           "gpu_metrics_adapter_relist_interval": "15s",
+                                           "gpu_metrics_adapter_wait": False,
                                            "gpu_metrics_adapter_prometheus_url": prom.url}, state)
     if res.returncode:
-        raise SystemExit(f"gpu_metrics_adapter rules_only failed:\n{res.stdout[-3000:]}")
+        raise SystemExit(f"gpu_metrics_adapter external failed:\n{res.stdout[-3000:]}")
     adapter = Adapter(kubeconfig, state / "adapter" / "prometheus-adapter-config.yaml", prom.url, state,
-                      name="prometheus-adapter-lab", port=int(os.environ.get("K8SGPU_LAB_ADAPTER_PORT", "36444"))).start()
+                      name="prometheus-adapter-lab", port=port, tls_dir=state / "adapter").start()
     (state / "adapter-port").write_text(f"{adapter.port}\n")
     print(f"Prometheus {prom.url}, stand-in control {standin.control}, adapter https://127.0.0.1:{adapter.port}")
 
@@ -465,7 +485,7 @@ def _down(args: list[str]) -> None:
     for svc in reg.list_api_service(label_selector="app.kubernetes.io/managed-by=k8sgpu.nvidia").items:
         target = svc.spec.service
         if svc.spec.group == "custom.metrics.k8s.io" and target and (target.namespace, target.name) == (
-                EXPORTER_NAMESPACE, "prometheus-adapter"):  # the role's defaults, which site.yml uses
+                ADAPTER_NAMESPACE, "prometheus-adapter"):  # the role's defaults, which site.yml uses
             _ignore_404(reg.delete_api_service, svc.metadata.name)
     for name in ("prometheus-adapter-lab", "prometheus-lab", "dcgm-standin-lab"):
         pidfile = LAB_STATE / "procs" / f"{name}.pid"
