@@ -87,10 +87,24 @@ cloud: venv  ## cloud modules against a local moto server (tests/cloud; no AWS a
 	$(STAMP)
 	pytest -q tests/cloud
 
+# Scenarios whose platforms have names of their own run beside the others (one
+# at a time): driver's DKMS builds are the longest part of molecule and the
+# others are mostly waiting on apt. Its output is shown when it ends. Set
+# MOLECULE_BESIDE= to run every scenario one after the other.
+MOLECULE_BESIDE ?= driver
 molecule: lab  ## molecule scenarios on the lab's Debian images
 	$(STAMP)
-	source $(K8SGPU_LAB_STATE)/env && for s in molecule/*/molecule.yml; do \
-	  s=$${s#molecule/}; molecule test -s $${s%/molecule.yml}; done
+	source $(K8SGPU_LAB_STATE)/env; rc=0; beside=(); \
+	for s in $(MOLECULE_BESIDE); do \
+	  echo "[molecule $$s started $$(date +%H:%M:%S) beside the others; log: $(K8SGPU_LAB_STATE)/molecule-$$s.log]"; \
+	  molecule test -s $$s >$(K8SGPU_LAB_STATE)/molecule-$$s.log 2>&1 & beside+=("$$s:$$!"); done; \
+	for s in molecule/*/molecule.yml; do s=$${s#molecule/}; s=$${s%/molecule.yml}; \
+	  case " $(MOLECULE_BESIDE) " in *" $$s "*) continue ;; esac; \
+	  echo "[molecule $$s started $$(date +%H:%M:%S)]"; molecule test -s $$s || { rc=1; break; }; done; \
+	for b in $${beside[@]+"$${beside[@]}"}; do s=$${b%%:*}; r=0; wait $${b#*:} || r=$$?; \
+	  echo "[molecule $$s ended $$(date +%H:%M:%S), rc $$r; its output:]"; cat $(K8SGPU_LAB_STATE)/molecule-$$s.log; \
+	  [ $$r -eq 0 ] || rc=1; done; \
+	exit $$rc
 
 integration: lab  ## lab integration tests (tests/lab) against the running lab
 	$(STAMP)
