@@ -3,7 +3,7 @@
 """apt.conf settings that send one repository's host through a proxy."""
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ansible.errors import AnsibleFilterError
 
@@ -39,9 +39,52 @@ def apt_proxy_lines(url: str, proxy: str, url_name: str = "url", proxy_name: str
         return []
     if not source.hostname:
         raise AnsibleFilterError(f"{url_name} {url!r} has no host name.")
-    return [f'Acquire::{method}::Proxy::{source.hostname} "{proxy}";' for method in ("http", "https")]
+    # Credentials never go to this world-readable file: apt_proxy_auth gives them for /etc/apt/auth.conf.d/.
+    shown = _without_userinfo(proxy) if proxy != "DIRECT" else proxy
+    return [f'Acquire::{method}::Proxy::{source.hostname} "{shown}";' for method in ("http", "https")]
+
+
+def _without_userinfo(proxy: str) -> str:
+    target = urlsplit(proxy)
+    netloc = target.netloc.rsplit("@", 1)[-1]
+    return target._replace(netloc=netloc).geturl()
+
+
+def apt_proxy_auth(proxy: str, proxy_name: str = "proxy") -> list[str]:
+    """The apt_auth.conf(5) lines (machine, login, password) for a proxy URL with user:password@; [] without.
+
+    apt reads proxy credentials from /etc/apt/auth.conf.d/*.conf, a file only root reads (mode 0600), so they stay
+    out of apt.conf.d (world-readable) and out of diffs. The machine names the proxy's scheme (apt matches an entry
+    without one only for https) and its port when the URL gives one.
+    """
+    if not isinstance(proxy, str):
+        raise AnsibleFilterError(f"apt_proxy_auth: {proxy_name} must be a string")
+    proxy = proxy.strip()
+    if not proxy or proxy == "DIRECT":
+        return []
+    target = urlsplit(proxy)
+    if target.username is None and target.password is None:
+        return []
+    login, password = unquote(target.username or ""), unquote(target.password or "")
+    if any(c.isspace() for c in login + password) or not login:
+        raise AnsibleFilterError(
+            f"{proxy_name}: the proxy's user name is empty or its user name or password holds white space, which "
+            "apt's auth.conf cannot take; use a proxy account without spaces."
+        )
+    machine = f"{target.scheme}://{target.hostname}" + (f":{target.port}" if target.port else "")
+    return [f"machine {machine}", f"login {login}", f"password {password}"]
+
+
+def apt_proxy_redact(proxy: str) -> str:
+    """The proxy URL with its password replaced by ***, for messages."""
+    if not isinstance(proxy, str) or "@" not in proxy:
+        return proxy
+    target = urlsplit(proxy.strip())
+    user = target.username or ""
+    return target._replace(netloc=f"{user}:***@" + target.netloc.rsplit("@", 1)[-1]).geturl()
 
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"apt_proxy_lines": apt_proxy_lines}
+        return {"apt_proxy_lines": apt_proxy_lines, "apt_proxy_auth": apt_proxy_auth,
+                "apt_proxy_redact": apt_proxy_redact}
