@@ -1,9 +1,11 @@
 """lab/lab.sh up fails clearly, and leaves nothing started behind, on bad conditions."""
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,84 @@ def test_docker_engine_that_cannot_start(tmp_path):
     assert res.returncode != 0
     assert "the Docker engine could not be started" in res.stderr, res.stderr
     assert "pid file found" in res.stderr  # dockerd's own error is shown
+
+
+# lab/build-binaries.sh locks per target: `lab.sh up` (the lab group) never waits for a build of what only tests use,
+# and a second build of one target waits for the first. A scratch cache where every lab target is present (empty
+# programs: the script only checks for them), under made-up versions so nothing real is touched.
+FAKE_VERSIONS = {"K8S_VERSION": "v1.99.0", "ETCD_VERSION": "v3.99.0", "KWOK_VERSION": "v0.99.0",
+                 "NVIDIA_CTK_VERSION": "v1.99.0"}
+
+
+def _scratch_cache(tmp_path: Path) -> dict:
+    env = {**os.environ, **FAKE_VERSIONS, "K8SGPU_CACHE": str(tmp_path / "cache")}
+    where = f"source {ROOT}/lab/lib.sh; k8s_bin_dir; etcd_bin_dir; kwok_bin_dir; toolkit_repo_dir"
+    dirs = subprocess.run(["bash", "-c", where], env=env, capture_output=True, text=True, check=True).stdout.split()
+    k8s, etcd, kwok, toolkit = map(Path, dirs)
+    files = [k8s / b for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")]
+    files += [etcd / "etcd", kwok / "kwok", kwok / "kwokctl"]
+    files += [toolkit / "libnvidia-container/stable/deb/amd64/InRelease"]
+    for f in files:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("#!/bin/sh\n")
+        f.chmod(0o755)
+    return env
+
+
+def _hold(cache: Path, target: str):
+    """The lock a running build of `target` holds (flock: another open of the file conflicts)."""
+    fh = open(cache / f".build-{target}.lock", "w", encoding="utf-8")  # pylint: disable=consider-using-with
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh
+
+
+def _builder(env: dict, *targets: str) -> subprocess.Popen:
+    return subprocess.Popen([str(ROOT / "lab" / "build-binaries.sh"), *targets], env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def test_lab_group_does_not_wait_for_the_tests_builds(tmp_path):
+    env = _scratch_cache(tmp_path)
+    cache = Path(env["K8SGPU_CACHE"])
+    held = [_hold(cache, t) for t in ("crio-config", "prometheus", "adapter", "karpenter")]
+    try:
+        with _builder(env, "lab") as proc:
+            _, err = proc.communicate(timeout=60)
+    finally:
+        for fh in held:
+            fh.close()
+    assert proc.returncode == 0, err
+    for what in ("kwok v0.99.0: cached", "etcd v3.99.0: cached", "kubernetes v1.99.0: cached",
+                 "toolkit repository: cached"):
+        assert what in err, err
+    assert "waiting" not in err and "prometheus" not in err, err
+
+
+def test_a_second_build_of_a_target_waits_for_the_first(tmp_path):
+    env = _scratch_cache(tmp_path)
+    cache = Path(env["K8SGPU_CACHE"])
+    fh = _hold(cache, "etcd")
+    try:
+        with _builder(env, "etcd") as waiting:
+            time.sleep(2)
+            # Another target is not held up by it.
+            other = subprocess.run([str(ROOT / "lab" / "build-binaries.sh"), "kwok"], env=env, capture_output=True,
+                                   text=True, timeout=60, check=False)
+            assert other.returncode == 0 and "kwok v0.99.0: cached" in other.stderr, other.stderr
+            assert waiting.poll() is None, "build-binaries.sh etcd did not wait for the running build of etcd"
+            fh.close()
+            _, err = waiting.communicate(timeout=60)
+    finally:
+        fh.close()
+    assert waiting.returncode == 0, err
+    assert "etcd: another build of it is running" in err and "waiting for it" in err, err
+    assert err.index("waiting for it") < err.index("etcd v3.99.0: cached"), err
+
+
+def test_unknown_build_target_names_the_targets(tmp_path):
+    env = _scratch_cache(tmp_path)
+    res = subprocess.run([str(ROOT / "lab" / "build-binaries.sh"), "prometheus-adapter"], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode != 0
+    assert "unknown target 'prometheus-adapter'" in res.stderr, res.stderr
+    assert "extras: crio-config prometheus adapter karpenter" in res.stderr, res.stderr
