@@ -3,10 +3,12 @@
 """The node_maintenance role's decisions: which pods keep a drained Node busy, and whether a host needs maintenance."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_drain import MaintenanceError, parse_max_unavailable
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import expression_matches
 
 _MIRROR = "kubernetes.io/config.mirror"
@@ -106,6 +108,87 @@ def step_times(marks: Any, end: float) -> str:
     return ", ".join(f"{step} {seconds:.1f} s" for step, seconds in totals.items())
 
 
+def _positive_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
+def maintenance_settings(settings: Any) -> list[str]:
+    """What is wrong with the maintenance settings, one sentence per variable ([] when all are good).
+
+    ``settings`` maps variable names to values. Variables ending in ``_serial`` must be a number of hosts (1 or more)
+    or a percentage (1% to 100%); ``_max_unavailable`` the same (of the GPU Nodes); ``_retry_delay`` more than 0
+    seconds; ``_timeout`` 1 second or more; ``_expected_gpus`` 0 or more. Checked before any Node is touched.
+    """
+    if not isinstance(settings, Mapping):
+        raise AnsibleFilterError(f"maintenance_settings expects a mapping of variable names to values, got {settings!r}")
+    problems = []
+    for name, value in settings.items():
+        if name.endswith(("_serial", "_max_unavailable")):
+            try:
+                parse_max_unavailable(value)
+            except MaintenanceError:
+                what = "hosts per batch" if name.endswith("_serial") else "GPU Nodes out of service at once"
+                problems.append(f"{name} is {value!r}: it must be a number of {what} (1 or more) or a percentage "
+                                "(1% to 100%), as 1 or '25%'")
+        elif name.endswith("_retry_delay"):
+            number = _positive_number(value)
+            if number is None or number <= 0:
+                problems.append(f"{name} is {value!r}: it must be a number of seconds more than 0")
+        elif name.endswith("_timeout"):
+            number = _positive_number(value)
+            if number is None or number < 1 or number != int(number):
+                problems.append(f"{name} is {value!r}: it must be a whole number of seconds, 1 or more")
+        elif name.endswith("_expected_gpus"):
+            number = _positive_number(value)
+            if number is None or number < 0 or number != int(number):
+                problems.append(f"{name} is {value!r}: it must be a whole number of GPUs, 0 or more "
+                                "(0: the count the Node advertised before the drain)")
+    return problems
+
+
+def maintenance_health(facts: Any, verify_host: Any, host_gpus_before: Any) -> list[str]:
+    """What keeps a host from going back into service after its maintenance window ([] when nothing does).
+
+    ``facts`` are the host's GPU facts read after the window (k8sgpu.nvidia.gpu_facts: nvidia_pci_devices,
+    nvidia_driver_loaded, nvidia_gpus), ``verify_host`` the verify role's node-level result (vectorAdd), and
+    ``host_gpus_before`` the GPUs the host had on its PCI bus before the drain. On a host that had GPUs, each must be
+    on the PCI bus again, the driver loaded, the driver seeing each, and vectorAdd passed on each: a skipped vectorAdd
+    is a failure there.
+    """
+    if not isinstance(facts, Mapping) or not isinstance(verify_host, Mapping):
+        raise AnsibleFilterError("maintenance_health expects the host's GPU facts and verify_host (mappings)")
+    try:
+        before = int(host_gpus_before or 0)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(f"maintenance_health: host_gpus_before must be a count, not {host_gpus_before!r}") from None
+    if before <= 0:
+        return []
+    problems = []
+    on_bus = len([d for d in facts.get("nvidia_pci_devices") or [] if isinstance(d, Mapping) and d.get("gpu")])
+    if on_bus < before:
+        problems.append(f"{before - on_bus} of {before} GPU(s) missing from the PCI bus")
+    if not facts.get("nvidia_driver_loaded"):
+        problems.append("the NVIDIA driver is not loaded")
+    seen = len(facts.get("nvidia_gpus") or [])
+    if facts.get("nvidia_driver_loaded") and seen < before:
+        problems.append(f"the driver sees {seen} of {before} GPU(s)")
+    status = verify_host.get("node_test_status")
+    if status == "skipped":
+        problems.append(f"vectorAdd did not run (skipped) on a host that had {before} GPU(s)")
+    elif status != "passed":
+        failures = "; ".join(str(f) for f in verify_host.get("node_test_failures") or [])
+        problems.append(f"vectorAdd {verify_host.get('node_test', 'failed')}{': ' + failures if failures else ''}")
+    elif len(verify_host.get("gpus") or []) < before:
+        problems.append(f"vectorAdd ran on {len(verify_host.get('gpus') or [])} of {before} GPU(s)")
+    return problems
+
+
 class FilterModule:
     def filters(self) -> dict:
-        return {"drain_blockers": drain_blockers, "maintenance_plan": maintenance_plan, "step_times": step_times}
+        return {"drain_blockers": drain_blockers, "maintenance_plan": maintenance_plan, "step_times": step_times,
+                "maintenance_settings": maintenance_settings, "maintenance_health": maintenance_health}

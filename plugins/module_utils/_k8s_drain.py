@@ -394,7 +394,7 @@ class NodeMaintenance:
 
     # -- wait
 
-    def wait(self, resource: str, expected_gpus: int, timeout: float, boot_id_before: str = "",
+    def wait(self, resource: str, expected_gpus: int | None, timeout: float, boot_id_before: str = "",
              poll: float = 1.0) -> dict:
         """Wait until the Node is Ready, advertises exactly expected_gpus of resource and (with boot_id_before) reports
         another bootID. Returns the Node's state; raises MaintenanceError naming what is missing at the timeout."""
@@ -412,7 +412,7 @@ class NodeMaintenance:
             self.sleep(poll)
 
 
-def wait_problems(node: dict, resource: str, expected_gpus: int, boot_id_before: str = "") -> list[str]:
+def wait_problems(node: dict, resource: str, expected_gpus: int | None, boot_id_before: str = "") -> list[str]:
     """What keeps a Node from going back into service: not Ready, GPUs missing, the same bootID after a reboot."""
     problems = []
     cond = ready_condition(node)
@@ -420,7 +420,7 @@ def wait_problems(node: dict, resource: str, expected_gpus: int, boot_id_before:
         problems.append(f"not Ready ({cond.get('reason') or 'no Ready condition'}"
                         f"{': ' + cond['message'] if cond.get('message') else ''})")
     gpus = gpu_count(node, resource)
-    if gpus != expected_gpus:
+    if expected_gpus is not None and gpus != expected_gpus:
         if gpus < expected_gpus:
             problems.append(f"{expected_gpus - gpus} GPU(s) missing: {resource} allocatable {gpus}, "
                             f"{expected_gpus} expected")

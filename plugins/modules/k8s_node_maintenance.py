@@ -94,9 +94,8 @@ options:
     type: float
     default: 5
   expected_gpus:
-    description: For V(wait), the count of O(resource) the Node must advertise as allocatable.
+    description: For V(wait), the count of O(resource) the Node must advertise as allocatable; omit it not to check.
     type: int
-    default: 0
   boot_id_before:
     description:
       - For V(wait), the Node's C(status.nodeInfo.bootID) before a reboot; the Node must report another one. Empty
@@ -294,7 +293,7 @@ def main() -> None:
         grace_period=dict(type="int"),
         timeout=dict(type="int", default=300),
         retry_delay=dict(type="float", default=5),
-        expected_gpus=dict(type="int", default=0),
+        expected_gpus=dict(type="int"),
         boot_id_before=dict(type="str", default=""),
         field_manager=dict(type="str", default="k8sgpu.nvidia"),
     )
@@ -304,7 +303,7 @@ def main() -> None:
         module.fail_json(msg=f"timeout must be 1 second or more, not {p['timeout']}")
     if p["retry_delay"] <= 0:
         module.fail_json(msg=f"retry_delay must be more than 0 seconds, not {p['retry_delay']}")
-    if p["expected_gpus"] < 0:
+    if p["expected_gpus"] is not None and p["expected_gpus"] < 0:
         module.fail_json(msg=f"expected_gpus must be 0 or more, not {p['expected_gpus']}")
     if p["grace_period"] is not None and p["grace_period"] < 0:
         module.fail_json(msg=f"grace_period must be 0 or more, not {p['grace_period']}")
