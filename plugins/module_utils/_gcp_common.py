@@ -7,12 +7,20 @@ Credentials come from google-auth, in one of three ways (option ``auth_kind``, i
 ``application_default_credentials.json``, the metadata server of a GCE VM or GKE workload identity);
 ``serviceaccount`` - a service-account key file or its contents; ``accesstoken`` - an OAuth2 access token
 (``gcloud auth print-access-token``). The GKE client is google-cloud-container's ClusterManagerClient over
-REST (``transport="rest"``), so ``api_endpoint`` may be any https or http URL.
+REST (``transport="rest"``).
+
+Where the credentials go: only over https to a Google API host (``googleapis.com`` or a subdomain: the default
+``container.googleapis.com``, regional, mTLS and private endpoints, the Compute API's ``www.googleapis.com``), or
+to the origin of an ``api_endpoint`` the task sets. An ``http://`` api_endpoint is taken only on a loopback host
+(a local emulator or test server) unless ``allow_http_api_endpoint`` is set; URLs read from API responses (a node
+pool's instance groups) are checked before the session sends its token there.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import traceback
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
@@ -42,6 +50,7 @@ GCP_ARG_SPEC = {
     "access_token": {"type": "str", "no_log": True, "fallback": (env_fallback, ["GCP_ACCESS_TOKEN"])},
     "scopes": {"type": "list", "elements": "str", "default": [CLOUD_PLATFORM]},
     "api_endpoint": {"type": "str", "fallback": (env_fallback, ["GKE_API_ENDPOINT"])},
+    "allow_http_api_endpoint": {"type": "bool", "default": False},
     "request_timeout": {"type": "float", "default": 60.0},
 }
 
@@ -49,11 +58,107 @@ GCP_ARG_SPEC = {
 def gcp_module(argument_spec: dict, **kwargs) -> AnsibleModule:
     """An AnsibleModule with the connection options; fails naming the library when it cannot be imported."""
     module = AnsibleModule(argument_spec={**argument_spec, **GCP_ARG_SPEC}, **kwargs)
+    hide_key_contents(module)
     if not HAS_GOOGLE:
         module.fail_json(msg=missing_required_lib("google-cloud-container and google-auth "
                                                   "(pip install -r requirements.txt)"),
                          exception=GOOGLE_IMPORT_ERROR)
     return module
+
+
+# Fields of a key file (service account, or authorized user) that are secrets; the others (type, project_id,
+# client_email, token_uri, ...) are not, and are not hidden elsewhere in the output.
+KEY_SECRET_FIELDS = ("private_key", "private_key_id", "client_secret", "refresh_token")
+
+
+def hide_key_contents(module: AnsibleModule) -> None:
+    """Hide service_account_contents in the module's output (invocation at -vvv, messages), however it was given.
+
+    AnsibleModule hides a no_log option by the strings it holds; for a mapping it takes the mapping's values,
+    before type conversion. jsonarg then turns the mapping into its JSON text, in which the private key's newlines
+    are escaped, so the key no longer matched and was printed whole in invocation.module_args, while short values
+    (the key's type, project, "1") were masked in every other string of the output. Here the JSON text itself and
+    the secret fields (raw and JSON-escaped) are hidden, and the key's other fields are no longer masked.
+    """
+    value = module.params.get("service_account_contents")
+    if not value:
+        return
+    module.no_log_values.add(value if isinstance(value, str) else json.dumps(value))
+    try:
+        info = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return
+    if not isinstance(info, dict):
+        return
+    others = {module.params.get(name) for name, spec in module.argument_spec.items()
+              if spec.get("no_log") and name != "service_account_contents"}
+    for field, leaf in info.items():
+        if not isinstance(leaf, str) or not leaf:
+            continue
+        if field in KEY_SECRET_FIELDS:
+            module.no_log_values.update((leaf, json.dumps(leaf)[1:-1]))
+        elif leaf not in others:
+            module.no_log_values.discard(leaf)
+
+
+class EndpointError(ValueError):
+    """An endpoint the credentials must not be sent to; the message says why and what to set."""
+
+
+def _url(url: str):
+    """urlsplit of url, a bare host[:port] taken as https (as google-api-core's REST transport does)."""
+    return urlsplit(url if "://" in url else f"https://{url}")
+
+
+def _port(parts) -> int | None:
+    try:
+        return parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    except ValueError:
+        return None
+
+
+def is_loopback(host: str) -> bool:
+    """localhost, 127.0.0.0/8 or ::1."""
+    if (host or "").lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def is_google_api_url(url: str) -> bool:
+    """Whether url is https on googleapis.com or a subdomain (container, regional, mTLS, www for Compute)."""
+    parts = _url(url)
+    host = (parts.hostname or "").lower().rstrip(".")
+    return (parts.scheme == "https" and not parts.username and _port(parts) is not None
+            and (host == "googleapis.com" or host.endswith(".googleapis.com")))
+
+
+def check_api_endpoint(url: str, allow_http: bool = False) -> None:
+    """Raise EndpointError when an api_endpoint set by the task must not receive the credentials."""
+    parts = _url(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname or _port(parts) is None:
+        raise EndpointError(f"api_endpoint {url!r} is not an https:// URL (or a host name, taken as https)")
+    if parts.username is not None:
+        raise EndpointError("api_endpoint has user information (user@ or user:password@); give credentials with "
+                            "access_token, service_account_file or service_account_contents, never in the URL")
+    if parts.scheme == "http" and not is_loopback(parts.hostname) and not allow_http:
+        raise EndpointError(
+            f"api_endpoint {url} is plain http on {parts.hostname}, not a loopback address: the access token "
+            "would cross the network unencrypted. Use https, or set allow_http_api_endpoint: true for a test "
+            "server on a network you trust")
+
+
+def same_origin(url: str, other: str) -> bool:
+    a, b = _url(url), _url(other)
+    return (a.scheme, (a.hostname or "").lower(), _port(a)) == (b.scheme, (b.hostname or "").lower(), _port(b)) \
+        and a.username is None
+
+
+def token_may_go(url: str, api_endpoint: str | None) -> bool:
+    """Whether the module sends its credentials to url: a Google API host over https, or api_endpoint's origin."""
+    return is_google_api_url(url) or bool(api_endpoint) and same_origin(url, api_endpoint)
 
 
 def auth_kind(params: dict) -> str:
@@ -103,9 +208,24 @@ def credentials(module: AnsibleModule):
 
 
 def gke_client(module: AnsibleModule, creds):
-    """google-cloud-container's ClusterManagerClient over REST, on api_endpoint when given."""
-    options = {"api_endpoint": module.params["api_endpoint"]} if module.params["api_endpoint"] else None
-    return container_v1.ClusterManagerClient(credentials=creds, transport="rest", client_options=options)
+    """google-cloud-container's ClusterManagerClient over REST, on api_endpoint when given.
+
+    Fails, before any request, when the credentials would go elsewhere than https to a Google API host or the
+    api_endpoint the task set (see check_api_endpoint).
+    """
+    endpoint = module.params["api_endpoint"]
+    if endpoint:
+        try:
+            check_api_endpoint(endpoint, module.params["allow_http_api_endpoint"])
+        except EndpointError as e:
+            module.fail_json(msg=str(e))
+    options = {"api_endpoint": endpoint} if endpoint else None
+    client = container_v1.ClusterManagerClient(credentials=creds, transport="rest", client_options=options)
+    if not endpoint and not is_google_api_url(client.api_endpoint):
+        module.fail_json(msg=f"the GKE client would send the credentials to {client.api_endpoint} (from the "
+                             "environment, such as GOOGLE_CLOUD_UNIVERSE_DOMAIN), not to a Google API host "
+                             "(*.googleapis.com); set api_endpoint to the endpoint you mean")
+    return client
 
 
 def authorized_session(creds) -> AuthorizedSession:

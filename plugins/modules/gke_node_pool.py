@@ -216,7 +216,11 @@ options:
     description: Path of a service-account JSON key. Env C(GCP_SERVICE_ACCOUNT_FILE).
     type: path
   service_account_contents:
-    description: A service-account JSON key's contents.
+    description:
+      - A service-account JSON key's contents, as a mapping or as JSON text.
+      - Never printed, also at C(-vvv) (the task's C(invocation)), where it shows as C(VALUE_SPECIFIED_IN_NO_LOG_PARAMETER);
+        its secret fields (C(private_key), C(private_key_id), C(client_secret), C(refresh_token)) are hidden wherever
+        else they would appear in the output.
     type: jsonarg
   access_token:
     description: An OAuth2 access token, for example from C(gcloud auth print-access-token). Env C(GCP_ACCESS_TOKEN).
@@ -228,9 +232,22 @@ options:
     default: [https://www.googleapis.com/auth/cloud-platform]
   api_endpoint:
     description:
-      - Base URL of the GKE API (C(client_options.api_endpoint)). Unset - C(container.googleapis.com). Env
+      - Base URL of the GKE API (C(client_options.api_endpoint)), for example a regional or private endpoint, or a
+        local emulator. A host without a scheme is taken as https. Unset - C(https://container.googleapis.com). Env
         C(GKE_API_ENDPOINT).
+      - The credentials go only over https to a Google API host (C(googleapis.com) and its subdomains) or to this
+        endpoint's origin; the Compute API's instance group URLs of the pool (read for the node count) are sent the
+        token only when they are one of those, the task fails otherwise.
+      - A URL with user information (C(user:password@)) is refused. A plain C(http://) URL is refused unless its host
+        is a loopback address (C(localhost), C(127.0.0.0/8), C(::1)) or O(allow_http_api_endpoint=true).
     type: str
+  allow_http_api_endpoint:
+    description:
+      - Accept a plain C(http://) O(api_endpoint) on a host other than loopback. B(Unsafe) - the access token (or the
+        token obtained with the service-account key) crosses the network unencrypted, readable by anyone on the path;
+        for a test server on a network you trust only.
+    type: bool
+    default: false
   request_timeout:
     description: Seconds for each HTTP request.
     type: float
@@ -348,6 +365,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gcp_common import (
     gexc,
     gke_client,
     to_dict,
+    token_may_go,
 )
 
 try:
@@ -432,6 +450,11 @@ class NodePool:
         out: dict[str, int] = {}
         if not pool.get("instance_group_urls"):
             return out
+        # The URLs come from the API's answer: the token goes only to a Google API host or to api_endpoint.
+        for url in pool["instance_group_urls"]:
+            if not token_may_go(url, self.p["api_endpoint"]):
+                self.fail(f"{self.ident}: instance group {url} is not an https URL of a Google API host "
+                          "(*.googleapis.com) nor of api_endpoint; the credentials are not sent there")
         session = authorized_session(self.creds)
         for url in pool["instance_group_urls"]:
             try:

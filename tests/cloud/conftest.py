@@ -52,6 +52,16 @@ def run_module(module: str, args: dict, env: dict, *, check: bool, diff: bool, p
     return result
 
 
+def run_module_verbose(module: str, args: dict, env: dict, *, python: str, verbosity: str = "-vvv") -> tuple[int, str]:
+    """One module run at -vvv with the default stdout callback, as a user reads it: (exit status, everything
+    printed). For the tests that grep the output for credentials (the invocation is printed from -vvv on)."""
+    env = {**env, "ANSIBLE_STDOUT_CALLBACK": "default"}
+    cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", verbosity, "-m", module,
+           "-a", json.dumps(args), "-e", f"ansible_python_interpreter={python}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
 @pytest.fixture(scope="session")
 def endpoint():
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
@@ -108,6 +118,11 @@ class Runner:
             args = {"endpoint_url": self.endpoint, "region": REGION, **CREDS, **args}
         return run_module("k8sgpu.nvidia.eks_nodegroup", args, self.env, check=check, diff=diff, python=python)
 
+    def verbose(self, args: dict, python: str = sys.executable) -> tuple[int, str]:
+        """The run at -vvv: (exit status, the whole output)."""
+        args = {"endpoint_url": self.endpoint, "region": REGION, **args}
+        return run_module_verbose("k8sgpu.nvidia.eks_nodegroup", args, self.env, python=python)
+
 
 @pytest.fixture(scope="session")
 def run(endpoint):
@@ -161,6 +176,11 @@ class GkeRunner:
             args = {"api_endpoint": self.state.base, "access_token": GKE_TOKEN, "project": GKE_PROJECT,
                     "location": GKE_REGION, **args}
         return run_module(module, args, self.env, check=check, diff=diff, python=python)
+
+    def verbose(self, args: dict, python: str = sys.executable) -> tuple[int, str]:
+        """The run at -vvv against the contract server (no credentials added): (exit status, the whole output)."""
+        args = {"api_endpoint": self.state.base, "project": GKE_PROJECT, "location": GKE_REGION, **args}
+        return run_module_verbose("k8sgpu.nvidia.gke_node_pool", args, self.env, python=python)
 
 
 @pytest.fixture(scope="session")

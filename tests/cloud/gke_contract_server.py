@@ -146,6 +146,9 @@ class State:
         self.tokens = {"contract-token"}
         self.service_accounts: dict[str, str] = {}  # client_email -> public key PEM
         self.base = ""
+        # Origin of the instance group URLs the pools carry; unset - base. A test sets another origin to check
+        # that the module sends no token to a URL an API answer names off Google and off api_endpoint.
+        self.mig_base = ""
 
     def add_cluster(self, project: str, location: str, name: str, zones: list[str] | None = None,
                     version: str = "1.33.5-gke.1162000") -> None:
@@ -279,7 +282,7 @@ class Handler(BaseHTTPRequestHandler):
         urls = []
         for z in zones:
             path = f"/compute/v1/projects/{p}/zones/{z}/instanceGroupManagers/gke-{c}-{n}-{uuid.uuid4().hex[:8]}-grp"
-            urls.append(self.state.base + path)
+            urls.append((self.state.mig_base or self.state.base) + path)
         return urls
 
     # ---- node pools ----
