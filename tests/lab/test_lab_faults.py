@@ -157,7 +157,7 @@ def test_lab_group_does_not_wait_for_the_tests_builds(tmp_path):
     held = [_hold(cache, t) for t in ("crio-config", "prometheus", "adapter", "karpenter")]
     try:
         with _builder(env, "lab") as proc:
-            _, err = proc.communicate(timeout=60)
+            err = proc.communicate(timeout=60)[1]
     finally:
         for fh in held:
             fh.close()
@@ -181,7 +181,7 @@ def test_a_second_build_of_a_target_waits_for_the_first(tmp_path):
             assert other.returncode == 0 and "kwok v0.99.0: cached" in other.stderr, other.stderr
             assert waiting.poll() is None, "build-binaries.sh etcd did not wait for the running build of etcd"
             fh.close()
-            _, err = waiting.communicate(timeout=60)
+            err = waiting.communicate(timeout=60)[1]
     finally:
         fh.close()
     assert waiting.returncode == 0, err
