@@ -117,8 +117,8 @@ notes:
   - On SELinux hosts the file's context is kept, or set to the default for a new file.
   - Secrets are redacted in what the module returns (RV(config), RV(previous), the diff), so C(-v) and C(--diff)
     never print them; the file keeps the real values. Values of O(settings) that would be redacted are also hidden
-    in the task's C(invocation). The file itself is as readable as its mode makes it (C(0644) for a new file):
-    keep credentials out of it where the host's users must not read them.
+    in the task's C(invocation). The file itself is as readable as its mode makes it (C(0644) for a new file),
+    so keep credentials out of it where the host's users must not read them.
 seealso:
   - name: Docker daemon configuration file
     description: The keys of C(daemon.json).
