@@ -164,4 +164,3 @@ def test_eks_secret_key_and_session_token_never_printed_at_vvv(run, cluster, net
     assert rc == 0 and "CHANGED" in out and "module_args" in out, out[-3000:]
     assert secret not in out and session not in out
     assert f"secret_key: {NO_LOG}" in out and f"session_token: {NO_LOG}" in out
-
