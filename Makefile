@@ -13,7 +13,7 @@ INVENTORY ?= inventories/lab
 # First line of each step's recipe: when it started (make test's log is its timeline).
 STAMP = @echo "[make $@ started $$(date +%H:%M:%S)]"
 
-.PHONY: help deps venv lab lab-down lab-status site test prebuild lint sanity unit cloud molecule integration upgrade-test clean-cache
+.PHONY: help deps venv lab lab-images lab-down lab-status site test prebuild lint sanity unit cloud molecule integration upgrade-test clean-cache
 
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,11 @@ lab: deps venv  ## bring the lab up (node containers, apt proxy, Kubernetes cont
 	$(STAMP)
 	lab/lab.sh up
 
+lab-images: deps venv  ## only what molecule needs: the node images, the apt proxy and the toolkit repository
+	$(STAMP)
+	lab/lab.sh images
+	lab/build-binaries.sh toolkit
+
 lab-down:  ## remove the lab's containers, network and processes
 	lab/lab.sh down
 
@@ -43,11 +48,13 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 	$(STAMP)
 	ansible-playbook site.yml -i $(INVENTORY)
 
-test: prebuild lint sanity unit cloud lab molecule integration  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
+# molecule needs only the node images, the apt proxy and the toolkit repository
+# (lab-images), not the cluster: it runs while the control plane still builds.
+test: prebuild lint sanity unit cloud molecule lab integration  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
 
 # Started in the background while lint, sanity, unit and cloud run (they leave
 # a core idle most of the time): the Go builds the lab needs
-# (lab/build-binaries.sh lab: kwok, etcd, Kubernetes, the toolkit repository)
+# (lab/build-binaries.sh lab: the toolkit repository, kwok, etcd, Kubernetes)
 # beside the node images (lab/lab.sh images: debootstrap, network-bound); then,
 # at lower priority, what only tests use (lab/build-binaries.sh extras: CRI-O's
 # config loader, Prometheus, prometheus-adapter, Karpenter) and the GPU-node
@@ -92,7 +99,7 @@ cloud: venv  ## cloud modules against a local moto server (tests/cloud; no AWS a
 # others are mostly waiting on apt. Its output is shown when it ends. Set
 # MOLECULE_BESIDE= to run every scenario one after the other.
 MOLECULE_BESIDE ?= driver
-molecule: lab  ## molecule scenarios on the lab's Debian images
+molecule: lab-images  ## molecule scenarios on the lab's Debian images
 	$(STAMP)
 	source $(K8SGPU_LAB_STATE)/env; rc=0; beside=(); \
 	for s in $(MOLECULE_BESIDE); do \

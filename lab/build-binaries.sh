@@ -189,11 +189,12 @@ build_karpenter() {
   log "karpenter $KARPENTER_VERSION (kwok provider): built into $out"
 }
 
-# What `lab.sh up` (and so `make site`) needs: the control plane, kwok and the
-# container toolkit's apt repository. The rest only tests use; they build it
-# when they run (tests/lab/conftest.py), and `make test`'s prebuild builds it
-# in the background meanwhile.
-LAB_TARGETS=(kwok etcd kubernetes toolkit)
+# What `lab.sh up` (and so `make site`) needs: the container toolkit's apt
+# repository (first: molecule needs it, not the cluster), kwok and the control
+# plane. The rest only tests use; they build it when they run
+# (tests/lab/conftest.py), and `make test`'s prebuild builds it in the
+# background meanwhile.
+LAB_TARGETS=(toolkit kwok etcd kubernetes)
 EXTRA_TARGETS=(crio-config prometheus adapter karpenter)
 USAGE="usage: $0 [all|lab|extras|TARGET...]; lab: ${LAB_TARGETS[*]}; extras: ${EXTRA_TARGETS[*]}"
 
