@@ -115,7 +115,7 @@ molecule: lab-images  ## molecule scenarios on the lab's Debian images
 
 integration: lab  ## lab integration tests (tests/lab) against the running lab
 	$(STAMP)
-	pytest -q tests/lab
+	pytest -q --durations=20 tests/lab
 
 upgrade-test: lab  ## rolling driver upgrade on real packages, 535.216.03 -> 535.261.03 with DKMS (slow; not in make test)
 	lab/upgrade-nodes.sh image
