@@ -14,12 +14,24 @@ sys.path.insert(0, str(ROOT / "tests" / "lab"))
 from ansible_output import recap  # noqa: E402
 
 
+def lab_key_fingerprint() -> str:
+    """The fingerprint of the lab's toolkit repository key, from its copy in the lab's cache."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp import openpgp_fingerprints  # noqa: E402
+
+    cache = Path(os.environ.get("K8SGPU_CACHE", Path.home() / ".cache/k8sgpu-lab"))
+    mirror = os.environ["K8SGPU_LAB_TOOLKIT_MIRROR"].split("/k8sgpu-mirror/", 1)[1]
+    return openpgp_fingerprints((cache / "mirror" / mirror / "gpgkey").read_text())[0]
+
+
 def play(host, *flags: str, **extra_vars) -> subprocess.CompletedProcess:
     """Apply the role to this instance only, as a user would, with extra variables."""
     name = host.backend.get_hostname()
     extra = {
         "container_toolkit_repo_url": os.environ["K8SGPU_LAB_TOOLKIT_MIRROR"],
         "container_toolkit_repo_proxy": "DIRECT",
+        # The lab's key is served over http: pinned (issue 19).
+        "container_toolkit_repo_key_fingerprint": lab_key_fingerprint(),
         **extra_vars,
     }
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
