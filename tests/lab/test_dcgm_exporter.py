@@ -211,9 +211,23 @@ def test_exporter_on_gpu_nodes_only_check_mode_idempotent_scrape_file(core, name
     mounts = {m.name: m for m in ctr.volume_mounts}
     assert mounts["pod-gpu-resources"].mount_path == "/var/lib/kubelet/pod-resources"
     assert mounts["pod-gpu-resources"].read_only is True
-    # Profiling counters are in the defaults, so SYS_ADMIN, and only that.
+    # Profiling counters are in the defaults, so SYS_ADMIN, and only that; never privileged, and the runtime's
+    # default seccomp profile on pod and container even so (issue 19).
     assert ctr.security_context.capabilities.add == ["SYS_ADMIN"] and ctr.security_context.capabilities.drop == ["ALL"]
-    assert ctr.security_context.allow_privilege_escalation is False
+    assert ctr.security_context.allow_privilege_escalation is False and ctr.security_context.privileged is False
+    assert spec.security_context.seccomp_profile.type == "RuntimeDefault"
+    assert ctr.security_context.seccomp_profile.type == "RuntimeDefault"
+    # Every GPU of the node through the list the toolkit trusts from unprivileged containers, /dev/null mounted at
+    # /var/run/nvidia-container-devices/all, and the variable for runtimes configured the old way.
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert mounts["all-gpus"].mount_path == "/var/run/nvidia-container-devices/all"
+    volumes = {v.name: v for v in spec.volumes}
+    assert (volumes["all-gpus"].host_path.path, volumes["all-gpus"].host_path.type) == ("/dev/null", "CharDevice")
+    # The namespace the role created enforces privileged (hostPath volumes), and the pods above were admitted.
+    labels = core.read_namespace(NS).metadata.labels
+    assert {k: v for k, v in labels.items() if k.startswith("pod-security.kubernetes.io/")} == {
+        f"pod-security.kubernetes.io/{mode}{suffix}": value for mode in ("enforce", "audit", "warn")
+        for suffix, value in (("", "privileged"), ("-version", "latest"))}
     assert spec.automount_service_account_token is False and spec.priority_class_name == "system-node-critical"
     for probe in (ctr.liveness_probe, ctr.readiness_probe):
         assert probe.http_get.path == "/health" and probe.initial_delay_seconds == 45 and probe.timeout_seconds == 5

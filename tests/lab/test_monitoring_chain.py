@@ -6,6 +6,7 @@ controller in kube-controller-manager, which scales a Deployment of GPU pods tha
 """
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -16,7 +17,16 @@ from kubernetes import client, config
 
 from ansible_output import recap
 from conftest import KUBECTL
-from monitoring_lab import COUNTERS_CSV, DASHBOARD_12239, ROOT, Chain, run_role, wait_for
+from monitoring_lab import (
+    COUNTERS_CSV,
+    DASHBOARD_12239,
+    EXPORTER_NAMESPACE,
+    ROOT,
+    Adapter,
+    Chain,
+    run_role,
+    wait_for,
+)
 
 NS = "k8sgpu-mon-b"
 ADAPTER = "prometheus-adapter-mon-b"
@@ -129,7 +139,7 @@ def test_standin_serves_the_exporters_labels_for_gpu_pods(chain, deployment, api
     metric = next(s["metric"] for s in found if s["metric"]["exported_pod"] == pods[0])
     # The exporter's own labels, the ServiceMonitor's target labels, and the pod's labels renamed (honor_labels false).
     assert {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"} <= set(metric)
-    assert metric["namespace"] == "gpu-monitoring" and metric["service"] == "dcgm-exporter"
+    assert metric["namespace"] == EXPORTER_NAMESPACE and metric["service"] == "dcgm-exporter"
     assert metric["job"] == "dcgm-exporter" and metric["endpoint"] == "metrics"
     assert metric["pod"].startswith("dcgm-exporter-") and metric["exported_container"] == "inference"
     assert metric["node"] == metric["Hostname"]
@@ -164,6 +174,79 @@ def test_custom_metrics_api_serves_gpu_util_per_pod_and_the_avg_object_metric(ch
     discovery = raw("/apis/custom.metrics.k8s.io/v1beta1")
     names = {r["name"] for r in discovery["resources"]}
     assert f"pods/{UTIL}" in names and f"services/{AVG}" in names
+
+
+# --- the aggregator verifies the adapter by the role's CA (issue 19) --------------------------------------------
+
+def api_service(api, version: str = "v1beta2") -> client.V1APIService:
+    return client.ApiregistrationV1Api(api).read_api_service(f"{version}.custom.metrics.k8s.io")
+
+
+def available(api, version: str = "v1beta2") -> tuple[str, str, str]:
+    cond = next((c for c in api_service(api, version).status.conditions or [] if c.type == "Available"), None)
+    return (cond.status, cond.reason or "", cond.message or "") if cond else ("Unknown", "", "")
+
+
+def test_aggregator_reaches_the_adapter_verified_by_the_roles_ca(chain, api):
+    secret = client.CoreV1Api(api).read_namespaced_secret(f"{ADAPTER}-serving-cert", NS)
+    assert secret.type == "kubernetes.io/tls" and set(secret.data) == {"ca.crt", "tls.crt", "tls.key"}
+    ca_pem = base64.b64decode(secret.data["ca.crt"]).decode()
+    for version in ("v1beta1", "v1beta2"):
+        spec = api_service(api, version).spec
+        assert not spec.insecure_skip_tls_verify
+        assert base64.b64decode(spec.ca_bundle).decode() == ca_pem
+        assert (spec.service.name, spec.service.namespace) == (ADAPTER, NS)
+        assert available(api, version)[0] == "True", available(api, version)
+    # The files the adapter serves are the Secret's (external mode writes them; the key 0600).
+    out = chain.workdir / "adapter"
+    assert (out / "tls.crt").read_text() == base64.b64decode(secret.data["tls.crt"]).decode()
+    assert (out / "tls.key").stat().st_mode & 0o777 == 0o600
+    assert raw("/apis/custom.metrics.k8s.io/v1beta2")["groupVersion"] == "custom.metrics.k8s.io/v1beta2"
+
+
+def test_aggregator_refuses_an_adapter_serving_another_certificate(chain, api):
+    """The same adapter on the same port with its own self-signed certificate: the CA in the caBundle did not sign
+    it, so the aggregator marks the APIServices unavailable (FailedDiscoveryCheck, x509) and forwards nothing."""
+    port = chain.adapter.port
+    chain.adapter.stop()
+    other = Adapter(chain.kubeconfig, chain.adapter.config_file, chain.prometheus.url, chain.workdir / "other",
+                    relist_interval=chain.relist_interval, name="prometheus-adapter-other", port=port)
+    try:
+        other.start()
+        refused = wait_for("the aggregator to refuse the other certificate",
+                           lambda: (a := available(api))[0] == "False" and "x509" in a[2] and a, 150, interval=2)
+        assert refused[1] == "FailedDiscoveryCheck", refused
+        assert "certificate signed by unknown authority" in refused[2] or "x509" in refused[2], refused
+        with pytest.raises(ValueError):
+            raw(f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{NS}/pods/*/{UTIL}")
+    finally:
+        other.stop()
+        chain.adapter.start()
+    wait_for("the aggregator to reach the adapter again", lambda: available(api)[0] == "True", 150, interval=2)
+
+
+def test_hpa_may_read_the_rules_metrics_and_nothing_else(chain, deployment, api):
+    """The HPA controller's service account, impersonated: the ClusterRole lists <resource>/<metric> of the rules."""
+    role_obj = client.RbacAuthorizationV1Api(api).read_cluster_role(f"k8sgpu:{ADAPTER}:custom-metrics-reader")
+    assert [(r.api_groups, sorted(r.resources), sorted(r.verbs)) for r in role_obj.rules] == [
+        (["custom.metrics.k8s.io"], [f"pods/{UTIL}", f"services/{AVG}"], ["get", "list"])]
+    as_hpa = ["--as", "system:serviceaccount:kube-system:horizontal-pod-autoscaler"]
+
+    def get(path: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*KUBECTL, "get", "--raw", path, *as_hpa], capture_output=True, text=True, timeout=30,
+                              check=False)
+
+    app = deployment("rbac", replicas=1)
+    wait_for("a running GPU pod", lambda: len(running_pods(api, app)) == 1, 60)
+    chain.standin.set(UTIL, 10, namespace=NS)
+    base = f"/apis/custom.metrics.k8s.io/v1beta1/namespaces/{NS}"
+    wait_for("the pod's metric through the aggregator", lambda: raw(f"{base}/pods/*/{UTIL}")["items"], 90)
+    allowed = get(f"{base}/pods/*/{UTIL}")
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["items"]
+    refused = get(f"{base}/pods/*/DCGM_FI_DEV_FB_USED")
+    assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), refused.stderr
+    assert "pods/DCGM_FI_DEV_FB_USED" in refused.stderr or "cannot get resource" in refused.stderr
 
 
 # --- the guide's autoscaling test -----------------------------------------------------------------------------
@@ -216,14 +299,22 @@ def test_hpa_scales_gpu_pods_up_at_90_and_down_at_0(chain, deployment, api, tmp_
 
 # --- idempotence and check mode -------------------------------------------------------------------------------
 
-def test_adapter_second_run_and_check_mode_change_nothing(chain, tmp_path):
+def test_adapter_second_run_and_check_mode_change_nothing(chain, api, tmp_path):
     config_file = chain.workdir / "adapter" / "prometheus-adapter-config.yaml"
-    before = config_file.stat().st_mtime_ns
+    cert_file = chain.workdir / "adapter" / "tls.crt"
+    before = config_file.stat().st_mtime_ns, cert_file.stat().st_mtime_ns
+    secret_before = client.CoreV1Api(api).read_namespaced_secret(f"{ADAPTER}-serving-cert", NS).metadata
+    ca_before = api_service(api).spec.ca_bundle
     for flags in ((), ("--check", "--diff")):
         res = run_role("gpu_metrics_adapter", chain.adapter_vars(), tmp_path, *flags)
         assert res.returncode == 0, res.stdout[-3000:]
         assert changed(res) == 0, res.stdout[-3000:]
-    assert config_file.stat().st_mtime_ns == before
+        assert "BEGIN EC PRIVATE KEY" not in res.stdout and "PRIVATE KEY" not in res.stdout
+    assert (config_file.stat().st_mtime_ns, cert_file.stat().st_mtime_ns) == before
+    # The certificate was not made again: same Secret, same CA in the APIServices.
+    secret_after = client.CoreV1Api(api).read_namespaced_secret(f"{ADAPTER}-serving-cert", NS).metadata
+    assert secret_after.resource_version == secret_before.resource_version
+    assert api_service(api).spec.ca_bundle == ca_before
 
 
 def test_adapter_in_cluster_check_mode_is_accepted_by_the_api_server(chain, api, tmp_path):
