@@ -209,7 +209,14 @@ build_target() {
     log "$target: another build of it is running (lock $lock); waiting for it"
     flock "$fd"
   fi
-  case "$target" in
+  # Without the lock's descriptor: a daemon the build starts (gpg-agent) would
+  # otherwise hold the lock for as long as it runs.
+  build_one "$target" {fd}>&-
+  exec {fd}>&-
+}
+
+build_one() {
+  case "$1" in
     kubernetes) build_kubernetes ;;
     etcd) build_etcd ;;
     kwok) build_kwok ;;
@@ -219,7 +226,6 @@ build_target() {
     adapter) build_adapter ;;
     karpenter) build_karpenter ;;
   esac
-  exec {fd}>&-
 }
 
 main() {

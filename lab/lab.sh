@@ -315,19 +315,22 @@ toolkit_mirror_url() {
 }
 
 # One `up` or `images` at a time per lab state: `make test`'s prebuild builds
-# the images in the background while `make lab` may already be starting.
+# the images in the background while `make lab` may already be starting. The
+# script runs again under flock -o, which holds the lock itself and closes it
+# for the script: the daemons it starts (dockerd, apt-cacher-ng, the control
+# plane) must not inherit it, or it would stay held while they run.
 lock_lab() {
-  local lock="$LAB_STATE/.up.lock"
+  local lock="$LAB_STATE/lab-sh.lock"
+  if [ "${K8SGPU_LAB_LOCKED:-}" = "$lock" ]; then unset K8SGPU_LAB_LOCKED; return; fi
   mkdir -p "$LAB_STATE"
-  exec 7>"$lock"
-  if ! flock -n 7; then
+  if ! flock -n "$lock" true; then
     log "another lab.sh up/images is running for $LAB_STATE; waiting for it"
-    flock 7
   fi
+  K8SGPU_LAB_LOCKED="$lock" exec flock -o "$lock" "$0" "$@"
 }
 
 cmd_up() {
-  lock_lab
+  lock_lab up
   trap undo_started EXIT
   need_cmd docker "install Debian's docker.io (apt-get install docker.io)"
   need_cmd ss "install iproute2"
@@ -360,7 +363,7 @@ cmd_up() {
 
 # Node images only (docker, network and apt proxy are started for debootstrap).
 cmd_images() {
-  lock_lab
+  lock_lab images
   trap undo_started EXIT
   start_docker; start_network; start_apt_proxy
   for suite in bookworm trixie; do build_image "$suite"; done

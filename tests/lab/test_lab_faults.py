@@ -196,3 +196,37 @@ def test_unknown_build_target_names_the_targets(tmp_path):
     assert res.returncode != 0
     assert "unknown target 'prometheus-adapter'" in res.stderr, res.stderr
     assert "extras: crio-config prometheus adapter karpenter" in res.stderr, res.stderr
+
+
+def test_lab_sh_lock_is_not_held_by_the_daemons_it_starts(tmp_path):
+    # lab.sh up/images run one at a time per state directory; the daemons they leave running (dockerd, apt-cacher-ng,
+    # the control plane) must not inherit the lock, or the next `make lab` would wait for as long as the lab runs.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    left = tmp_path / "left.pid"
+    dockerd = fake / "dockerd"
+    # A "dockerd" that leaves a process behind (as dockerd leaves containerd), then fails.
+    dockerd.write_text(f"#!/bin/sh\nsetsid sleep 30 >/dev/null 2>&1 </dev/null &\necho $! >>{left}\nsleep 1\nexit 1\n")
+    dockerd.chmod(0o755)
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    first = subprocess.Popen([LAB, "images"], env={**os.environ, "K8SGPU_LAB_NAME": "k8sgpu-faulttest",
+                                                   "K8SGPU_LAB_STATE": str(tmp_path / "state"), **env},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        second = _lab(tmp_path, "images", **env)  # waits for the first, then fails the same way
+        assert "another lab.sh up/images is running" in second.stderr, second.stderr
+        assert "the Docker engine could not be started" in second.stderr, second.stderr
+        assert first.wait(timeout=60) != 0
+        pids = [int(p) for p in left.read_text(encoding="utf-8").split()]
+        assert pids and all(Path(f"/proc/{p}").exists() for p in pids), "the fake dockerd's processes should still run"
+        held = [f"{pid}: {os.readlink(fd)}" for pid in pids for fd in Path(f"/proc/{pid}/fd").iterdir()
+                if os.readlink(fd).startswith(str(tmp_path / "state"))]
+        assert not held, f"processes lab.sh left running hold its files open (the lock among them): {held}"
+        lock = tmp_path / "state" / "lab-sh.lock"
+        free = subprocess.run(["flock", "-n", str(lock), "true"], check=False)
+        assert free.returncode == 0, f"{lock} is still held after lab.sh ended"
+    finally:
+        first.kill()
+        for pid in left.read_text(encoding="utf-8").split() if left.exists() else []:
+            subprocess.run(["kill", pid], check=False)
