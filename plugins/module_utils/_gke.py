@@ -7,7 +7,8 @@ Pure functions, no Google calls. Pools are dicts in the form google.protobuf's M
 module turns both the live NodePool and the wanted one (built from the task by ``wanted_pool`` and passed
 through the proto type) into that form, so a value compares equal whichever side it came from. From them
 these functions compute the fields GKE cannot change in place and the requests to send
-(UpdateNodePoolRequest per group of fields, SetNodePoolAutoscalingRequest, SetNodePoolSizeRequest).
+(UpdateNodePoolRequest per group of fields - the GPU driver installation through its ``accelerators`` -,
+SetNodePoolAutoscalingRequest, SetNodePoolSizeRequest), and which zones lack an accelerator type.
 """
 from __future__ import annotations
 
@@ -88,7 +89,16 @@ def accelerator_config(acc: Mapping | None) -> list[dict] | None:
     cfg: dict = {"accelerator_type": acc["type"], "accelerator_count": acc.get("count", 1)}
     if acc.get("gpu_partition_size"):
         cfg["gpu_partition_size"] = acc["gpu_partition_size"]
-    if acc.get("gpu_sharing_strategy") or acc.get("max_shared_clients_per_gpu") is not None:
+    clients = acc.get("max_shared_clients_per_gpu")
+    if acc.get("gpu_sharing_strategy") and clients is None:
+        # GKE refuses a sharing strategy without the number of clients (GPUSharingConfig; gcloud's
+        # --accelerator ...,gpu-sharing-strategy=time-sharing,max-shared-clients-per-gpu=N).
+        raise PlanError(f"accelerator.gpu_sharing_strategy={acc['gpu_sharing_strategy']} needs "
+                        "accelerator.max_shared_clients_per_gpu (GPUSharingConfig.max_shared_clients_per_gpu, the "
+                        "containers that share one GPU, for example 4): GKE refuses the strategy without it")
+    if clients is not None and clients < 1:
+        raise PlanError(f"accelerator.max_shared_clients_per_gpu is {clients}; give 1 or more")
+    if acc.get("gpu_sharing_strategy") or clients is not None:
         sharing: dict = {}
         if acc.get("gpu_sharing_strategy"):
             sharing["gpu_sharing_strategy"] = acc["gpu_sharing_strategy"]
@@ -174,14 +184,26 @@ def _accel_view(accs: list | None, keys: Mapping | None) -> list[dict]:
     return out
 
 
+DRIVER_KEY = "gpu_driver_installation_config"
+
+
+def _without_driver(accs: list | None) -> list[dict]:
+    return [{k: v for k, v in a.items() if k != DRIVER_KEY} for a in accs or []]
+
+
 def immutable_changes(live: Mapping, want: Mapping) -> list[tuple[str, object, object]]:
-    """(field, live value, wanted value) for each field the task sets that GKE cannot change in place."""
+    """(field, live value, wanted value) for each field the task sets that GKE cannot change in place.
+
+    The GPU driver installation (gpu_driver_installation_config) is not one of them: it changes in place through
+    UpdateNodePoolRequest.accelerators (see accelerator_update); the accelerators' type, count, partition size
+    and sharing are.
+    """
     lc, wc = live.get("config") or {}, want.get("config") or {}
     changes = []
     if "accelerators" in wc:
-        keys = wc["accelerators"][0]
+        keys = {k: v for k, v in wc["accelerators"][0].items() if k != DRIVER_KEY}
         live_view = _accel_view(lc.get("accelerators"), keys)
-        if live_view != wc["accelerators"]:
+        if live_view != _without_driver(wc["accelerators"]) or len(lc.get("accelerators") or []) != 1:
             changes.append(("config.accelerators", lc.get("accelerators") or [], wc["accelerators"]))
     for field in ("spot", "preemptible", "service_account"):
         if field in want.get("_set", ()) and lc.get(field) != wc.get(field):
@@ -203,6 +225,31 @@ def immutable_message(ident: str, changes: list[tuple[str, object, object]]) -> 
             "or create a pool under a new name")
 
 
+def accelerator_update(live: Mapping, want: Mapping) -> list[dict] | None:
+    """UpdateNodePoolRequest.accelerators when the task's GPU driver installation differs from the live one.
+
+    The live AcceleratorConfig is sent whole (type, count, partition size, sharing) with the wanted
+    gpu_driver_installation_config, as gcloud's `node-pools update --accelerator type=...,count=...,
+    gpu-driver-version=...` does; None when the driver is not given or does not differ (or when the other fields
+    differ: that is an immutable change, see immutable_changes).
+    """
+    lc, wc = live.get("config") or {}, want.get("config") or {}
+    if "accelerators" not in wc or DRIVER_KEY not in wc["accelerators"][0] or len(lc.get("accelerators") or []) != 1:
+        return None
+    la, wa = lc["accelerators"][0], wc["accelerators"][0]
+    if (la.get(DRIVER_KEY) or {}).get("gpu_driver_version") == wa[DRIVER_KEY].get("gpu_driver_version"):
+        return None
+    acc: dict = {"accelerator_type": la.get("accelerator_type", ""), "accelerator_count": int(la.get("accelerator_count", 0))}
+    if la.get("gpu_partition_size"):
+        acc["gpu_partition_size"] = la["gpu_partition_size"]
+    sharing = la.get("gpu_sharing_config") or {}
+    if sharing:
+        acc["gpu_sharing_config"] = {k: (int(v) if k == "max_shared_clients_per_gpu" else v)
+                                     for k, v in sharing.items()}
+    acc[DRIVER_KEY] = dict(wa[DRIVER_KEY])
+    return [acc]
+
+
 def update_requests(live: Mapping, want: Mapping) -> list[dict]:
     """UpdateNodePoolRequest bodies (without name) for what differs, one per group of fields GKE updates.
 
@@ -222,6 +269,9 @@ def update_requests(live: Mapping, want: Mapping) -> list[dict]:
     machine = {f: wc[f] for f in MACHINE_FIELDS if f in given and wc.get(f) != lc.get(f)}
     if machine:
         groups.append(machine)
+    accelerators = accelerator_update(live, want)
+    if accelerators:
+        groups.append({"accelerators": accelerators})
     if not groups and image != lc.get("image_type", ""):
         groups.append({})
     return [{**base, **g} for g in groups]
@@ -278,3 +328,16 @@ def compared(pool: Mapping | None) -> dict:
     if "node_count" in pool:
         out["node_count"] = pool["node_count"]
     return out
+
+
+def zones_lacking(accelerator_type: str, offered: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
+    """Zones (of offered: zone -> accelerator type names from the Compute API) that do not offer the type,
+    each with the types it does offer."""
+    return {z: sorted(types) for z, types in sorted(offered.items()) if accelerator_type not in set(types)}
+
+
+def accelerator_type_message(ident: str, accelerator_type: str, lacking: Mapping[str, list[str]]) -> str:
+    where = "; ".join(f"{z} offers {', '.join(t) or 'no accelerator type'}" for z, t in lacking.items())
+    return (f"{ident}: accelerator.type {accelerator_type!r} is not offered in zone(s) {', '.join(lacking)} "
+            f"(Compute API acceleratorTypes.list: {where}). Choose a type offered there, set node_locations to "
+            "zones that offer it, or check_accelerator_type: false to skip this check")

@@ -23,9 +23,20 @@ description:
     C(instanceGroupManagers.get) C(targetSize)), because the node pool resource has no current node count.
   - GKE adds the taint C(nvidia.com/gpu=present:NoSchedule) to every GPU node pool itself; the module never sends
     it and never reports it as a difference.
-  - Fields GKE cannot change on an existing pool (O(accelerator) and its sub-options, O(spot), O(preemptible),
-    O(service_account), O(oauth_scopes)) fail the task naming the field, the live and the asked value, before any
-    write; with O(recreate=true) the pool is deleted and created again instead.
+  - Fields GKE cannot change on an existing pool (O(accelerator) and its sub-options but
+    O(accelerator.gpu_driver_version), O(spot), O(preemptible), O(service_account), O(oauth_scopes)) fail the task
+    naming the field, the live and the asked value, before any write; with O(recreate=true) the pool is deleted and
+    created again instead.
+  - A changed O(accelerator.gpu_driver_version) on an existing pool is sent in place, in
+    C(UpdateNodePoolRequest.accelerators) (the pool's own accelerator type, count, partition and sharing with the
+    new C(gpu_driver_installation_config)), as C(gcloud container node-pools update --accelerator
+    type=...,count=...,gpu-driver-version=...) does.
+  - Before a pool is created, the accelerator type is checked against the Compute API's C(acceleratorTypes.list)
+    of each zone of the pool (O(node_locations), else the zone of a zonal O(location), else the cluster's
+    C(locations) from C(get_cluster)); a type not offered in a zone fails naming the zone and the types it offers,
+    before any write. O(check_accelerator_type=false) skips it.
+  - O(accelerator.gpu_sharing_strategy) without O(accelerator.max_shared_clients_per_gpu) fails before any request
+    (GKE requires both).
   - Enum values (O(accelerator.gpu_driver_version), O(accelerator.gpu_sharing_strategy),
     O(autoscaling.location_policy), the taints' C(effect)) are checked against the proto enums of the installed
     google-cloud-container (C(GPUDriverInstallationConfig.GPUDriverVersion), C(GPUSharingConfig.GPUSharingStrategy),
@@ -111,7 +122,7 @@ options:
   accelerator:
     description:
       - The GPUs of each node, C(NodeConfig.accelerators[0]) (C(AcceleratorConfig)). Only the sub-options given are
-        compared. Cannot change.
+        compared. Cannot change, but for O(accelerator.gpu_driver_version).
     type: dict
     suboptions:
       type:
@@ -127,15 +138,19 @@ options:
           - C(gpu_driver_installation_config.gpu_driver_version) - C(INSTALLATION_DISABLED) (install the driver
             yourself, for example with the M(k8sgpu.nvidia.gke_driver_installer) role), C(DEFAULT) or C(LATEST)
             (GKE installs it). Unset - GKE's default for the cluster version (older versions install nothing).
+          - Changed in place on an existing pool (C(UpdateNodePoolRequest.accelerators)); GKE applies it to new
+            nodes.
         type: str
       gpu_partition_size:
         description: C(gpu_partition_size), a MIG partition such as C(1g.5gb) (A100, H100).
         type: str
       gpu_sharing_strategy:
-        description: C(gpu_sharing_config.gpu_sharing_strategy), C(TIME_SHARING) or C(MPS).
+        description:
+          - C(gpu_sharing_config.gpu_sharing_strategy), C(TIME_SHARING) or C(MPS). Needs
+            O(accelerator.max_shared_clients_per_gpu).
         type: str
       max_shared_clients_per_gpu:
-        description: C(gpu_sharing_config.max_shared_clients_per_gpu).
+        description: C(gpu_sharing_config.max_shared_clients_per_gpu), the containers that share one GPU (1 or more).
         type: int
   labels:
     description:
@@ -201,6 +216,14 @@ options:
     description: Delete and create the pool when a field that cannot change differs, instead of failing.
     type: bool
     default: false
+  check_accelerator_type:
+    description:
+      - Before creating the pool, check that O(accelerator.type) is offered in each of its zones (Compute API
+        C(acceleratorTypes.list), permission C(compute.acceleratorTypes.list)). The Compute API is
+        C(https://compute.googleapis.com), or the origin of O(api_endpoint) when that is not a Google API host (an
+        emulator).
+    type: bool
+    default: true
   wait_timeout:
     description: Seconds to wait for each long-running operation.
     type: int
@@ -364,9 +387,12 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gcp_common import (
     gcp_module,
     gexc,
     gke_client,
+    is_google_api_url,
     to_dict,
     token_may_go,
 )
+
+COMPUTE_API = "https://compute.googleapis.com"
 
 try:
     from google.cloud.container_v1 import types
@@ -388,6 +414,7 @@ class NodePool:
         self.client = gke_client(module, self.creds)
         self.requests: list[dict] = []
         self.operations: list[dict] = []
+        self.accelerator_checked = False
         self.parent = f"projects/{self.p['project']}/locations/{self.p['location']}/clusters/{self.p['cluster']}"
         self.path = f"{self.parent}/nodePools/{self.p['name']}"
         self.ident = f"node pool {self.p['name']} of GKE cluster {self.p['cluster']} ({self.p['project']}/" \
@@ -503,6 +530,59 @@ class NodePool:
         op = self.call(method, getattr(self.client, method), request=req_type(request))
         self.wait(op, what)
 
+    def compute_base(self) -> str:
+        """The Compute API's origin: Google's, or api_endpoint's when that is no Google API host (an emulator)."""
+        endpoint = self.p["api_endpoint"]
+        if endpoint and not is_google_api_url(endpoint):
+            parts = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+            return f"{parts.scheme}://{parts.netloc}"
+        return COMPUTE_API
+
+    def pool_zones(self) -> list[str]:
+        if self.p["node_locations"]:
+            return list(self.p["node_locations"])
+        if self.p["location"].count("-") == 2:  # a zone, such as us-central1-a
+            return [self.p["location"]]
+        cluster = self.call("get_cluster", self.client.get_cluster, name=self.parent)
+        return list(cluster.locations)
+
+    def check_accelerator_type(self) -> None:
+        """Fail when the accelerator type is not offered in each of the pool's zones (acceleratorTypes.list)."""
+        acc = self.p["accelerator"]
+        if not acc or not self.p["check_accelerator_type"] or self.accelerator_checked:
+            return
+        self.accelerator_checked = True
+        base = self.compute_base()
+        offered: dict[str, list[str]] = {}
+        session = None
+        for zone in self.pool_zones():
+            url = f"{base}/compute/v1/projects/{self.p['project']}/zones/{zone}/acceleratorTypes"
+            if not token_may_go(url, self.p["api_endpoint"]):
+                self.fail(f"{self.ident}: {url} is not an https URL of a Google API host nor of api_endpoint; the "
+                          "credentials are not sent there (check_accelerator_type: false to skip the check)")
+            session = session or authorized_session(self.creds)
+            names: list[str] = []
+            token = None
+            while True:
+                try:
+                    resp = session.get(url, params={"pageToken": token} if token else None,
+                                       timeout=self.p["request_timeout"])
+                    body = resp.json() if resp.content else {}
+                except Exception as e:  # pylint: disable=broad-except
+                    self.fail(api_error(f"{self.ident}: acceleratorTypes.list in {zone}", e))
+                if resp.status_code != 200:
+                    err = (body.get("error") or {}).get("message", resp.text[:300]) if isinstance(body, dict) else ""
+                    self.fail(f"{self.ident}: acceleratorTypes.list in {zone}: HTTP {resp.status_code}: {err} "
+                              "(check_accelerator_type: false to skip the check)")
+                names += [i.get("name", "") for i in body.get("items") or []]
+                token = body.get("nextPageToken")
+                if not token:
+                    break
+            offered[zone] = names
+        lacking = gke.zones_lacking(acc["type"], offered)
+        if lacking:
+            self.fail(gke.accelerator_type_message(self.ident, acc["type"], lacking))
+
     # ---- state: present ----
     def create(self) -> None:
         body = dict(self.wanted_input)
@@ -510,6 +590,7 @@ class NodePool:
             body["initial_node_count"] = gke.initial_node_count(self.p["node_count"], body.get("autoscaling"))
         except gke.PlanError as e:
             self.fail(f"{self.ident}: {e}")
+        self.check_accelerator_type()
         self.write("create_node_pool", "create_node_pool", parent=self.parent, node_pool=body)
 
     def update(self, live: dict, want: dict) -> None:
@@ -550,6 +631,8 @@ class NodePool:
                 for f in gke.MACHINE_FIELDS:
                     if f in req:
                         after[f] = req[f]
+                if "accelerators" in req:
+                    after["accelerators"] = req["accelerators"]
             elif r["method"] == "set_node_pool_autoscaling":
                 after["autoscaling"] = req["autoscaling"]
             elif r["method"] == "set_node_pool_size":
@@ -582,6 +665,7 @@ class NodePool:
             if changes and not p["recreate"]:
                 self.fail(gke.immutable_message(self.ident, changes), node_pool=live)
             if changes:
+                self.check_accelerator_type()  # before the delete: an unknown type must not cost the pool
                 self.write("delete_node_pool", "delete_node_pool (recreate)", name=self.path)
                 self.create()
             else:
@@ -653,6 +737,7 @@ def main():
                 "location_policy": {"type": "str"},
             }},
             "recreate": {"type": "bool", "default": False},
+            "check_accelerator_type": {"type": "bool", "default": True},
             "wait_timeout": {"type": "int", "default": 1800},
         },
         supports_check_mode=True,

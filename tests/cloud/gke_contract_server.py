@@ -14,6 +14,10 @@ taint nvidia.com/gpu=present:NoSchedule added to every pool with GPUs (also afte
 the others); the autoscaler's default location policy (ANY for Spot VMs, else BALANCED); per-zone
 (min/max_node_count) and whole-pool (total_*) autoscaling limits mutually exclusive;
 UpdateNodePoolRequest's required node_version and image_type; node locations within the cluster's region;
+a GPU sharing strategy only with max_shared_clients_per_gpu; a change of the GPU driver installation through
+UpdateNodePoolRequest.accelerators (the only accelerator change it accepts in place); the Compute API's
+acceleratorTypes.list per zone (``accelerator_types``), and node pools whose accelerator type a zone does not
+offer refused as GKE refuses them;
 a bearer token on every request (401 without): one the server issued (its /token endpoint
 answers JWT-bearer grants of registered service-account keys) or a JWT self-signed by such a key. An UpdateNodePoolRequest field the server does not model is
 refused with a 400 that says so. Tests can make the next operation fail (``fail_next``).
@@ -43,10 +47,16 @@ DEFAULT_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_only",
                   "https://www.googleapis.com/auth/monitoring"]
 # UpdateNodePoolRequest fields this server applies; any other field set is refused (not modelled).
 UPDATE_FIELDS = {"name", "node_version", "image_type", "labels", "taints", "locations", "machine_type", "disk_type",
-                 "disk_size_gb"}
+                 "disk_size_gb", "accelerators"}
+# Accelerator types per zone for the Compute API's acceleratorTypes.list, as a region typically offers them
+# (https://cloud.google.com/compute/docs/gpus/gpu-regions-zones, 2026); a test changes State.accelerator_types.
+DEFAULT_ACCELERATOR_TYPES = ["nvidia-tesla-t4", "nvidia-l4", "nvidia-tesla-a100", "nvidia-h100-80gb",
+                             "nvidia-tesla-v100", "nvidia-tesla-p4"]
 
 _POOL = r"/v1/projects/(?P<p>[^/]+)/locations/(?P<l>[^/]+)/clusters/(?P<c>[^/]+)/nodePools"
+_CLUSTER = r"/v1/projects/(?P<p>[^/]+)/locations/(?P<l>[^/]+)/clusters"
 ROUTES = [
+    ("GET", re.compile(_CLUSTER + r"/(?P<c>[^/:]+)$"), "get_cluster"),
     ("GET", re.compile(_POOL + r"/(?P<n>[^/:]+)$"), "get_pool"),
     ("GET", re.compile(_POOL + r"$"), "list_pools"),
     ("POST", re.compile(_POOL + r"$"), "create_pool"),
@@ -57,6 +67,8 @@ ROUTES = [
     ("GET", re.compile(r"/v1/projects/(?P<p>[^/]+)/locations/(?P<l>[^/]+)/operations/(?P<o>[^/:]+)$"), "get_operation"),
     ("GET", re.compile(r"/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/instanceGroupManagers/(?P<g>[^/]+)$"),
      "get_mig"),
+    ("GET", re.compile(r"/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/acceleratorTypes$"),
+     "list_accelerator_types"),
     ("POST", re.compile(r"/token$"), "token"),
 ]
 
@@ -117,6 +129,29 @@ def check_autoscaling(a: types.NodePoolAutoscaling) -> None:
         raise bad("Autoscaling: max_node_count or total_max_node_count must be set when autoscaling is enabled.")
 
 
+def check_accelerators(accs, cluster: dict, zones) -> None:
+    """What GKE checks of NodeConfig.accelerators (AcceleratorConfig).
+
+    - accelerator_type and a count of 1 or more.
+    - GPUSharingConfig (https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/NodeConfig#gpusharingconfig):
+      a gpu_sharing_strategy (TIME_SHARING, MPS) needs max_shared_clients_per_gpu; GKE's how-to pages give both
+      together (https://cloud.google.com/kubernetes-engine/docs/how-to/timesharing-gpus, gcloud's
+      --accelerator=...,gpu-sharing-strategy=time-sharing,max-shared-clients-per-gpu=N, and the MPS page).
+    - The type must be offered in each zone of the pool (acceleratorTypes.list of the zone,
+      https://cloud.google.com/compute/docs/reference/rest/v1/acceleratorTypes/list); GKE refuses the pool otherwise.
+    """
+    for a in accs:
+        if a.accelerator_count <= 0 or not a.accelerator_type:
+            raise bad("accelerators need accelerator_type and an accelerator_count of 1 or more.")
+        sharing = a.gpu_sharing_config
+        if sharing.gpu_sharing_strategy and sharing.max_shared_clients_per_gpu <= 0:
+            raise bad("AcceleratorConfig.gpu_sharing_config: max_shared_clients_per_gpu must be set (1 or more) "
+                      "with a gpu_sharing_strategy.")
+        for z in zones:
+            if a.accelerator_type not in cluster["accelerator_types"].get(z, []):
+                raise bad(f"Accelerator type \"{a.accelerator_type}\" does not exist in zone {z}.")
+
+
 def default_location_policy(a: types.NodePoolAutoscaling, spot: bool) -> None:
     """GKE's documented default: ANY for Spot VMs, BALANCED otherwise, when autoscaling is on."""
     if a.enabled and not a.location_policy:
@@ -149,14 +184,18 @@ class State:
         # Origin of the instance group URLs the pools carry; unset - base. A test sets another origin to check
         # that the module sends no token to a URL an API answer names off Google and off api_endpoint.
         self.mig_base = ""
+        self.accelerator_types: dict[str, list[str]] = {}  # zone -> offered types (unset zones: the default)
 
     def add_cluster(self, project: str, location: str, name: str, zones: list[str] | None = None,
                     version: str = "1.33.5-gke.1162000") -> None:
         with self.lock:
+            zones = zones or ([location] if location.count("-") == 2 else [f"{location}-a", f"{location}-b"])
+            region = location if location.count("-") == 1 else location.rsplit("-", 1)[0]
+            for z in (*zones, f"{region}-c"):
+                self.accelerator_types.setdefault(z, list(DEFAULT_ACCELERATOR_TYPES))
             self.clusters[(project, location, name)] = {
-                "zones": zones or ([location] if location.count("-") == 2 else [f"{location}-a", f"{location}-b"]),
-                "region": location if location.count("-") == 1 else location.rsplit("-", 1)[0],
-                "version": version, "pools": {}}
+                "zones": zones, "region": region, "version": version, "pools": {},
+                "accelerator_types": self.accelerator_types}
 
     def pool(self, project: str, location: str, cluster: str, name: str) -> types.NodePool | None:
         with self.lock:
@@ -285,6 +324,17 @@ class Handler(BaseHTTPRequestHandler):
             urls.append((self.state.mig_base or self.state.base) + path)
         return urls
 
+    # ---- clusters ----
+    def cluster_pb(self, p, l, c) -> types.Cluster:  # noqa: E741
+        cl = self.cluster(p, l, c)
+        return types.Cluster(name=c, location=l, locations=cl["zones"], current_master_version=cl["version"],
+                             current_node_version=cl["version"], status=types.Cluster.Status.RUNNING,
+                             self_link=f"{self.state.base}/v1/projects/{p}/locations/{l}/clusters/{c}",
+                             node_pools=list(cl["pools"].values()))
+
+    def get_cluster(self, p, l, c, **_kw):  # noqa: E741
+        return 200, json.loads(types.Cluster.to_json(self.cluster_pb(p, l, c)))
+
     # ---- node pools ----
     def get_pool(self, p, l, c, n, **_kw):  # noqa: E741
         return 200, json.loads(types.NodePool.to_json(self.existing(p, l, c, n)))
@@ -309,9 +359,7 @@ class Handler(BaseHTTPRequestHandler):
         for z in pool.locations:
             if not z.startswith(cl["region"] + "-"):
                 raise bad(f"Location {z!r} is not a zone of the cluster's region {cl['region']}.")
-        for a in pool.config.accelerators:
-            if a.accelerator_count <= 0 or not a.accelerator_type:
-                raise bad("accelerators need accelerator_type and an accelerator_count of 1 or more.")
+        check_accelerators(pool.config.accelerators, cl, pool.locations or cl["zones"])
         cfg = pool.config
         cfg.machine_type = cfg.machine_type or "e2-medium"
         cfg.disk_size_gb = cfg.disk_size_gb or 100
@@ -360,6 +408,8 @@ class Handler(BaseHTTPRequestHandler):
                 raise bad(f"Location {z!r} is not a zone of the cluster's region {cl['region']}.")
         if req.disk_size_gb and req.disk_size_gb < 10:
             raise bad("disk_size_gb: the smallest allowed disk size is 10GB.")
+        if req.accelerators:
+            self.check_accelerator_update(pool, req.accelerators, cl)
         self.ready(pool)
         pb = types.UpdateNodePoolRequest.pb(req)
 
@@ -380,9 +430,33 @@ class Handler(BaseHTTPRequestHandler):
             for f in ("machine_type", "disk_type", "disk_size_gb"):
                 if getattr(req, f):
                     setattr(pool.config, f, getattr(req, f))
+            if req.accelerators:
+                pool.config.accelerators = list(req.accelerators)
+                add_gpu_taint(pool)
         pool.status = types.NodePool.Status.RECONCILING
         return self.operation(p, l, c, types.Operation.Type.UPGRADE_NODES,
                               f"projects/{p}/locations/{l}/clusters/{c}/nodePools/{n}", finish)
+
+    @staticmethod
+    def check_accelerator_update(pool: types.NodePool, accs, cl: dict) -> None:
+        """UpdateNodePoolRequest.accelerators ("A list of hardware accelerators to be attached to each node",
+        https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters.nodePools/update).
+
+        Modelled as GKE documents its use: changing the GPU driver installation of an existing pool with
+        `gcloud container node-pools update POOL --accelerator type=TYPE,count=N,gpu-driver-version=VERSION`
+        (https://cloud.google.com/kubernetes-engine/docs/how-to/gpus#install-drivers, the accelerator given whole).
+        Anything else that differs from the pool's accelerators (type, count, partition size, sharing) is refused
+        here: the server models no other accelerator change in place.
+        """
+        check_accelerators(accs, cl, [])
+        old = [types.AcceleratorConfig(a) for a in pool.config.accelerators]
+        new = [types.AcceleratorConfig(a) for a in accs]
+        for a in (*old, *new):
+            a.gpu_driver_installation_config = types.GPUDriverInstallationConfig()
+        if old != new:
+            raise bad("UpdateNodePoolRequest.accelerators: only gpu_driver_installation_config can change on an "
+                      "existing node pool in this server; give the pool's accelerator type, count, partition size "
+                      "and sharing unchanged.")
 
     def set_autoscaling(self, p, l, c, n, body, **_kw):  # noqa: E741
         req = parse(body, types.SetNodePoolAutoscalingRequest)
@@ -453,6 +527,18 @@ class Handler(BaseHTTPRequestHandler):
                                              "was not found")
         return 200, {"kind": "compute#instanceGroupManager", "name": g, "zone": z,
                      "targetSize": self.state.migs[path]}
+
+    def list_accelerator_types(self, p, z, query, **_kw):
+        """acceleratorTypes.list of a zone (Compute API v1), one page: every item has name, zone and
+        maximumCardsPerInstance as the API gives them; an unknown zone is the API's 404."""
+        offered = self.state.accelerator_types.get(z)
+        if offered is None:
+            raise ApiError(404, "NOT_FOUND", f"The resource 'projects/{p}/zones/{z}' was not found")
+        base = f"{self.state.base}/compute/v1/projects/{p}/zones/{z}"
+        return 200, {"kind": "compute#acceleratorTypeList", "selfLink": f"{base}/acceleratorTypes",
+                     "items": [{"kind": "compute#acceleratorType", "name": t, "zone": base,
+                                "selfLink": f"{base}/acceleratorTypes/{t}", "maximumCardsPerInstance": 8}
+                               for t in offered]}
 
     def token(self, body, **_kw):
         """OAuth2 token endpoint for service-account keys whose token_uri points here (JWT bearer grant)."""

@@ -191,6 +191,11 @@ def test_immutable_field_fails_unless_recreate(gke_run, gke_server, gke_cluster,
     ({"autoscaling": {"max_node_count": 3, "location_policy": "CHEAPEST"}}, "LocationPolicy"),
     ({"taints": [{"key": "a", "effect": "NoWay"}]}, "NodeTaint.Effect"),
     ({"autoscaling": {"max_node_count": 3, "total_max_node_count": 3}}, "exclude each other"),
+    # GKE requires the number of clients with a sharing strategy (GPUSharingConfig): refused before any call.
+    ({"accelerator": {"type": "nvidia-tesla-t4", "gpu_sharing_strategy": "TIME_SHARING"}},
+     "needs accelerator.max_shared_clients_per_gpu"),
+    ({"accelerator": {"type": "nvidia-tesla-t4", "gpu_sharing_strategy": "MPS"}},
+     "needs accelerator.max_shared_clients_per_gpu"),
 ])
 def test_bad_value_rejected_before_any_request(gke_run, gke_server, gke_cluster, gpu_pool, bad, named):
     mark = len(gke_server.log)
@@ -287,3 +292,93 @@ def test_server_is_strict(gke_server, gke_cluster, gke_run, gpu_pool):
     r = requests.put(url, headers=auth, timeout=10, json={"labels": {"labels": {"a": "b"}}})
     assert r.status_code == 400 and "node_version and image_type are required" in r.json()["error"]["message"]
     assert requests.get(url, timeout=10).status_code == 401
+
+
+def test_time_sharing_pool_created_and_server_refuses_it_without_clients(gke_run, gke_server, gke_cluster):
+    """The sharing rule as the server models it: a strategy without max_shared_clients_per_gpu is a 400; with it
+    the module's pool is created and a second run sends nothing."""
+    url = f"{gke_server.base}/v1/projects/{GKE_PROJECT}/locations/{GKE_REGION}/clusters/{gke_cluster}/nodePools"
+    r = requests.post(url, headers={"Authorization": f"Bearer {GKE_TOKEN}"}, timeout=10, json={"nodePool": {
+        "name": "raw", "initialNodeCount": 0, "config": {"accelerators": [{
+            "acceleratorType": "nvidia-l4", "acceleratorCount": 1,
+            "gpuSharingConfig": {"gpuSharingStrategy": "TIME_SHARING"}}]}}})
+    assert r.status_code == 400 and "max_shared_clients_per_gpu must be set" in r.json()["error"]["message"]
+    pool = {"name": "gpu-l4-shared", "machine_type": "g2-standard-8",
+            "accelerator": {"type": "nvidia-l4", "gpu_sharing_strategy": "TIME_SHARING",
+                            "max_shared_clients_per_gpu": 4},
+            "autoscaling": {"total_min_node_count": 0, "total_max_node_count": 4}}
+    ok(gke_run({"cluster": gke_cluster, **pool}))
+    sharing = pool_dict(gke_server, gke_cluster, "gpu-l4-shared")["config"]["accelerators"][0]["gpuSharingConfig"]
+    assert sharing == {"gpuSharingStrategy": "TIME_SHARING", "maxSharedClientsPerGpu": "4"}
+    assert not ok(gke_run({"cluster": gke_cluster, **pool}))["changed"]
+
+
+def test_driver_installation_changes_in_place(gke_run, gke_server, gke_cluster, gpu_pool):
+    """A changed gpu_driver_version is an UpdateNodePoolRequest.accelerators (the pool's own accelerator with the new
+    driver installation), not an immutable field: no delete, no recreate."""
+    ok(gke_run({"cluster": gke_cluster, **gpu_pool}))
+    version = pool_dict(gke_server, gke_cluster)["version"]
+    manual = {**gpu_pool, "accelerator": {**gpu_pool["accelerator"], "gpu_driver_version": "INSTALLATION_DISABLED"}}
+
+    mark = len(gke_server.log)
+    r = ok(gke_run({"cluster": gke_cluster, **manual}, check=True, diff=True))
+    assert [q["method"] for q in r["requests"]] == ["update_node_pool"]
+    assert r["diff"]["after"]["accelerators"][0]["gpu_driver_installation_config"] == {
+        "gpu_driver_version": "INSTALLATION_DISABLED"}
+    assert r["driver_installed_by_gke"] is True  # check mode: the live pool, still LATEST
+    assert writes_since(gke_server, mark) == []
+
+    r = ok(gke_run({"cluster": gke_cluster, **manual}))
+    assert [q["method"] for q in r["requests"]] == ["update_node_pool"]
+    bodies = [json.loads(w["body"]) for w in writes_since(gke_server, mark)]
+    # What reached the server: the pool's own type and count, the new driver installation (enum as number:
+    # INSTALLATION_DISABLED is 1 in GPUDriverInstallationConfig.GPUDriverVersion).
+    assert bodies == [{"nodeVersion": version, "imageType": "COS_CONTAINERD", "accelerators": [{
+        "acceleratorType": "nvidia-tesla-t4", "acceleratorCount": "1",
+        "gpuDriverInstallationConfig": {"gpuDriverVersion": 1}}]}]
+    pool = pool_dict(gke_server, gke_cluster)
+    assert pool["config"]["accelerators"][0]["gpuDriverInstallationConfig"] == {
+        "gpuDriverVersion": "INSTALLATION_DISABLED"}
+    assert r["driver_installed_by_gke"] is False
+    assert ("nvidia.com/gpu", "NO_SCHEDULE") in [(t["key"], t["effect"]) for t in pool["config"]["taints"]]
+    mark = len(gke_server.log)
+    assert not ok(gke_run({"cluster": gke_cluster, **manual}))["changed"] and writes_since(gke_server, mark) == []
+
+    # The type is still immutable; the server refuses a type change through accelerators as well.
+    r = gke_run({"cluster": gke_cluster, **manual, "accelerator": {**manual["accelerator"], "type": "nvidia-l4"}})
+    assert r.get("failed") and "config.accelerators" in r["msg"] and "recreate: true" in r["msg"]
+    url = f"{gke_server.base}/v1/projects/{GKE_PROJECT}/locations/{GKE_REGION}/clusters/{gke_cluster}/nodePools/gpu-t4"
+    raw = requests.put(url, headers={"Authorization": f"Bearer {GKE_TOKEN}"}, timeout=10, json={
+        "nodeVersion": version, "imageType": "COS_CONTAINERD",
+        "accelerators": [{"acceleratorType": "nvidia-l4", "acceleratorCount": 1}]})
+    assert raw.status_code == 400 and "only gpu_driver_installation_config" in raw.json()["error"]["message"]
+
+
+def test_unknown_accelerator_type_refused_before_any_write(gke_run, gke_server, gke_cluster, gpu_pool, monkeypatch):
+    mark = len(gke_server.log)
+    r = gke_run({"cluster": gke_cluster, **gpu_pool, "accelerator": {"type": "nvidia-tesla-t5"}})
+    assert r.get("failed") and "'nvidia-tesla-t5' is not offered in zone(s) us-central1-a, us-central1-b" in r["msg"]
+    assert "nvidia-tesla-t4" in r["msg"] and "node_locations" in r["msg"]
+    assert writes_since(gke_server, mark) == [] and pool_dict(gke_server, gke_cluster) is None
+    # The zones came from the cluster (regional, no node_locations), the types from acceleratorTypes.list.
+    paths = [x["path"] for x in gke_server.log[mark:]]
+    assert f"/v1/projects/{GKE_PROJECT}/locations/{GKE_REGION}/clusters/{gke_cluster}" in paths
+    assert f"/compute/v1/projects/{GKE_PROJECT}/zones/us-central1-b/acceleratorTypes" in paths
+
+    # A type one zone lacks: named with that zone only; the pool fits when node_locations leaves the zone out.
+    monkeypatch.setitem(gke_server.accelerator_types, "us-central1-b", ["nvidia-tesla-t4"])
+    l4 = {**gpu_pool, "accelerator": {"type": "nvidia-l4"}}
+    r = gke_run({"cluster": gke_cluster, **l4})
+    assert r.get("failed") and "zone(s) us-central1-b (" in r["msg"] and "us-central1-b offers nvidia-tesla-t4" \
+        in r["msg"]
+    assert writes_since(gke_server, mark) == []
+    ok(gke_run({"cluster": gke_cluster, **l4, "node_locations": ["us-central1-a"]}))
+    # The server itself refuses what the module refused (so the check matches GKE's rule as modelled).
+    url = f"{gke_server.base}/v1/projects/{GKE_PROJECT}/locations/{GKE_REGION}/clusters/{gke_cluster}/nodePools"
+    raw = requests.post(url, headers={"Authorization": f"Bearer {GKE_TOKEN}"}, timeout=10, json={"nodePool": {
+        "name": "raw", "initialNodeCount": 0,
+        "config": {"accelerators": [{"acceleratorType": "nvidia-l4", "acceleratorCount": 1}]}}})
+    assert raw.status_code == 400 and "does not exist in zone us-central1-b" in raw.json()["error"]["message"]
+    # Skipping the check: the request goes, and the API's own error is reported.
+    r = gke_run({"cluster": gke_cluster, **l4, "name": "gpu-l4-b", "check_accelerator_type": False})
+    assert r.get("failed") and "create_node_pool" in r["msg"] and "does not exist in zone us-central1-b" in r["msg"]
