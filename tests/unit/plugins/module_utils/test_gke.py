@@ -67,10 +67,36 @@ def test_immutable_only_given_accelerator_subfields():
     other = {"config": {"accelerators": [{"accelerator_type": "nvidia-tesla-t4", "accelerator_count": "1",
                                           "gpu_driver_installation_config": {"gpu_driver_version": "LATEST"}}]},
              "_set": {"accelerator", "spot"}}
+    # The driver installation alone changes in place (UpdateNodePoolRequest.accelerators), spot does not.
     fields = [f for f, _old, _new in gke.immutable_changes(live, other)]
-    assert fields == ["config.accelerators", "config.spot"]
+    assert fields == ["config.spot"]
     msg = gke.immutable_message("pool p", gke.immutable_changes(live, other))
     assert "live True, asked False" in msg and "recreate: true" in msg
+    assert gke.accelerator_update(live, other) == [{
+        "accelerator_type": "nvidia-tesla-t4", "accelerator_count": 1,
+        "gpu_driver_installation_config": {"gpu_driver_version": "LATEST"}}]
+    assert gke.accelerator_update(live, same) is None
+    l4 = {"config": {"accelerators": [{"accelerator_type": "nvidia-l4", "accelerator_count": "1",
+                                       "gpu_driver_installation_config": {"gpu_driver_version": "LATEST"}}]},
+          "_set": {"accelerator"}}
+    assert [f for f, _o, _n in gke.immutable_changes(live, l4)] == ["config.accelerators"]
+
+
+def test_sharing_strategy_needs_clients():
+    with pytest.raises(gke.PlanError, match="needs accelerator.max_shared_clients_per_gpu"):
+        gke.accelerator_config({"type": "nvidia-l4", "gpu_sharing_strategy": "MPS"})
+    with pytest.raises(gke.PlanError, match="1 or more"):
+        gke.accelerator_config({"type": "nvidia-l4", "gpu_sharing_strategy": "MPS", "max_shared_clients_per_gpu": 0})
+    assert gke.accelerator_config({"type": "nvidia-l4", "gpu_sharing_strategy": "MPS",
+                                   "max_shared_clients_per_gpu": 2})[0]["gpu_sharing_config"] == {
+        "gpu_sharing_strategy": "MPS", "max_shared_clients_per_gpu": 2}
+
+
+def test_zones_lacking_names_zone_and_offer():
+    lacking = gke.zones_lacking("nvidia-l4", {"z-a": ["nvidia-l4"], "z-b": ["nvidia-tesla-t4"]})
+    assert lacking == {"z-b": ["nvidia-tesla-t4"]}
+    msg = gke.accelerator_type_message("pool p", "nvidia-l4", lacking)
+    assert "zone(s) z-b" in msg and "z-b offers nvidia-tesla-t4" in msg
 
 
 def test_update_requests_one_group_each_with_version_and_image():
