@@ -12,7 +12,7 @@ description:
   - Sets keys of the NVIDIA Container Toolkit's own configuration, C(/etc/nvidia-container-runtime/config.toml), which
     C(nvidia-container-runtime) and its hook read at every container start, with
     C(nvidia-ctk config --in-place --set <key>=<value>), the command NVIDIA documents and the toolkit package's postinst
-    runs. The file is not edited as TOML here: nvidia-ctk knows its keys (an unknown key or a wrong type is refused) and
+    runs. The file is not edited as TOML here; nvidia-ctk knows its keys (an unknown key or a wrong type is refused) and
     its layout (keys at their default values commented out), so the file stays what a package upgrade writes.
   - nvidia-ctk has no check or diff mode and makes no backup, so it runs on a copy in a scratch directory; the result
     is compared with the real file, which is replaced only when it differs, atomically (temporary file and rename;
