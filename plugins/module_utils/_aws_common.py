@@ -17,13 +17,13 @@ try:
     import boto3
     import botocore
     from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
     HAS_BOTO3 = True
     BOTO3_IMPORT_ERROR = None
 except ImportError:
     HAS_BOTO3 = False
     BOTO3_IMPORT_ERROR = traceback.format_exc()
-    BotoCoreError = ClientError = Exception  # for except clauses; never raised without boto3
+    BotoCoreError = ClientError = EndpointConnectionError = Exception  # for except clauses; never raised without boto3
 
 # The oldest boto3/botocore whose EKS model has the AL2023 NVIDIA AMI types (see requirements.txt).
 MIN_BOTOCORE = (1, 37, 35)
@@ -52,10 +52,34 @@ def aws_module(argument_spec: dict, **kwargs) -> AnsibleModule:
     return module
 
 
+def known_regions(session, service: str) -> list[str]:
+    """The regions of every partition where the installed botocore has an endpoint for service (no request)."""
+    regions: set[str] = set()
+    for partition in session.get_available_partitions():
+        regions.update(session.get_available_regions(service, partition_name=partition))
+    return sorted(regions)
+
+
+def region_error(session, region: str, services) -> str | None:
+    """A message naming the region and the fix when botocore knows none of services there, else None."""
+    for service in services:
+        known = known_regions(session, service)
+        if known and region not in known:  # a global service (IAM) lists no regions
+            aws = [r for r in known if r.split("-")[0] in ("us", "eu", "ap", "ca", "sa", "me", "af", "il", "mx")]
+            return (f"region {region!r} is not a region where botocore {botocore.__version__} knows "
+                    f"{service.upper()} ({', '.join(aws)}, and those of the other partitions): check the name "
+                    "(aws ec2 describe-regions --query 'Regions[].RegionName'); a region newer than this botocore "
+                    "needs pip install -U boto3 botocore; a private or test endpoint is given with endpoint_url")
+    return None
+
+
 class AWS:
     """boto3 clients for one module run, all with the same session, endpoint and retry settings."""
 
-    def __init__(self, module: AnsibleModule):
+    def __init__(self, module: AnsibleModule, services=()):
+        """services: the AWS services the module calls; without endpoint_url, a region where botocore knows none
+        of them fails here, before any request, naming the region (an unknown region otherwise gives the
+        endpoint's raw connection error)."""
         p = module.params
         self.module = module
         try:
@@ -66,6 +90,10 @@ class AWS:
             module.fail_json(msg=f"AWS session: {e}")
         if not self.session.region_name:
             module.fail_json(msg="no AWS region: set the region option or AWS_REGION (or a profile with a region)")
+        if not p["endpoint_url"]:
+            msg = region_error(self.session, self.session.region_name, services)
+            if msg:
+                module.fail_json(msg=msg)
         self._clients: dict[str, object] = {}
 
     def client(self, service: str):
@@ -92,4 +120,7 @@ def describe_error(what: str, e: Exception) -> str:
     if isinstance(e, ClientError):
         err = e.response.get("Error", {})
         return f"{what}: {err.get('Code', 'error')}: {err.get('Message', str(e))}"
+    if HAS_BOTO3 and isinstance(e, EndpointConnectionError):
+        return (f"{what}: {e}: the endpoint cannot be reached - check the region's name and this machine's "
+                "network (proxy, DNS), or set endpoint_url to the endpoint you mean")
     return f"{what}: {e}"

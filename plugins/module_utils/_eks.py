@@ -297,3 +297,41 @@ def gpu_count_for(instance_types: Iterable[str], gpu_info: Mapping[str, int]) ->
         return low, (f"instance types have different GPU counts ({', '.join(f'{t}: {n}' for t, n in counts.items())}); "
                      f"the node-template tag says {low}; set gpu_count to choose")
     return low, None
+
+
+# EC2 DescribeInstanceTypes' GpuInfo.Gpus[].Name -> the value of the k8s.amazonaws.com/accelerator label. The
+# cluster-autoscaler's AWS provider treats a node with the label (any value) as a GPU node and waits for its GPUs
+# to become allocatable; the values follow the names its AWS provider and GKE use (nvidia-tesla-* for the Tesla
+# generations, nvidia-<name> for the later ones). A name not listed here gives nvidia-<name in lower case>.
+GPU_NAME_TO_ACCELERATOR = {
+    "K80": "nvidia-tesla-k80",
+    "M60": "nvidia-tesla-m60",
+    "P100": "nvidia-tesla-p100",
+    "V100": "nvidia-tesla-v100",
+    "T4": "nvidia-tesla-t4",
+    "A100": "nvidia-tesla-a100",
+    "A10G": "nvidia-a10g",
+    "T4g": "nvidia-t4g",
+    "L4": "nvidia-l4",
+    "L40S": "nvidia-l40s",
+    "H100": "nvidia-h100",
+    "H200": "nvidia-h200",
+    "B200": "nvidia-b200",
+}
+
+
+def accelerator_for(instance_types: Iterable[str], gpu_names: Mapping[str, Iterable[str]]) -> tuple[str | None, str | None]:
+    """(k8s.amazonaws.com/accelerator value, warning) from the NVIDIA GPU names of each instance type.
+
+    None without NVIDIA GPUs; None with a warning when the instance types have different GPUs (the label would be
+    wrong for some of the nodes)."""
+    names = {t: sorted(set(gpu_names.get(t) or [])) for t in instance_types}
+    distinct = {tuple(n) for n in names.values()}
+    if not names or distinct == {()}:
+        return None, None
+    if len(distinct) > 1 or len(next(iter(distinct))) > 1:
+        return None, ("instance types have different GPUs (" + ", ".join(f"{t}: {'/'.join(n) or 'none'}"
+                                                                       for t, n in names.items())
+                      + f"); no {ACCELERATOR_LABEL} label is derived: set accelerator to choose one")
+    name = next(iter(distinct))[0]
+    return GPU_NAME_TO_ACCELERATOR.get(name, f"nvidia-{name.lower()}"), None

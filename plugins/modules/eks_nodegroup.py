@@ -21,6 +21,10 @@ description:
   - Enum values (O(ami_type), O(capacity_type), the taints' C(effect)) are checked against botocore's EKS service
     model (shapes C(AMITypes), C(CapacityTypes), C(TaintEffect)) before any request, so a value EKS does not know
     fails before anything is created.
+  - Before C(CreateNodegroup), O(instance_types) are looked up with EC2 C(DescribeInstanceTypes); a type EC2 does
+    not know in the region fails naming it, and nothing is created.
+  - Without O(endpoint_url), a region where the installed botocore has no EKS endpoint fails before any request,
+    naming the region and the fix (the name, a newer botocore, or O(endpoint_url)).
   - Then, with O(autoscaler_tags), it writes the cluster-autoscaler's node-template tags on the nodegroup's Auto
     Scaling groups (C(DescribeNodegroup) C(resources.autoScalingGroups)), which scaling from zero needs because
     nodegroup labels and tags never reach the group - C(k8s.io/cluster-autoscaler/node-template/label/<key>) per
@@ -175,6 +179,11 @@ options:
         labels (with O(labels) unset, only this key is managed) and so to the node-template tags. The
         cluster-autoscaler's AWS provider knows GPU nodes by this label and waits for their GPUs to be allocatable
         instead of starting a second node while the device plugin starts.
+      - Unset, with O(autoscaler_tags) and no such key in O(labels) - derived from the instance types' NVIDIA GPUs
+        (EC2 DescribeInstanceTypes C(GpuInfo.Gpus[].Name), read for O(gpu_count) as well) - C(T4) gives
+        C(nvidia-tesla-t4), C(V100) C(nvidia-tesla-v100), C(A100) C(nvidia-tesla-a100), C(A10G) C(nvidia-a10g),
+        C(L4) C(nvidia-l4), C(L40S) C(nvidia-l40s), C(H100) C(nvidia-h100), another name C(nvidia-<name>) in lower
+        case; none for instance types without NVIDIA GPUs or with different GPUs (with a warning).
     type: str
   autoscaler_tags:
     description:
@@ -231,7 +240,7 @@ notes:
     C(eks:UpdateNodegroupVersion), C(eks:DescribeUpdate), C(eks:TagResource), C(eks:UntagResource),
     C(eks:DeleteNodegroup), C(iam:PassRole) on O(node_role); for the tags C(autoscaling:DescribeAutoScalingGroups),
     C(autoscaling:CreateOrUpdateTags), C(autoscaling:DeleteTags), and C(ec2:DescribeInstanceTypes) unless
-    O(gpu_count) is set.
+    O(gpu_count) is set and the nodegroup exists (it is always read before a create that gives O(instance_types)).
   - Launch templates, remote access and node repair are not managed.
   - Tested against moto's HTTP server, not against EKS; see the collection's README for what that proves.
 """
@@ -358,8 +367,10 @@ class Nodegroup:
     def __init__(self, module):
         self.module = module
         self.p = module.params
-        self.aws = AWS(module)
+        self.aws = AWS(module, services=("eks",))
         self.eks = self.aws.client("eks")
+        self.type_info: dict[str, dict] = {}
+        self.creating = False
         self.requests: list[dict] = []
         self.updates: list[dict] = []
         self.deadline = time.monotonic() + self.p["wait_timeout"]
@@ -549,22 +560,49 @@ class Nodegroup:
         return after
 
     # ---- cluster-autoscaler node-template tags ----
+    def instance_gpus(self, instance_types: list[str]) -> dict[str, dict]:
+        """NVIDIA GPUs of each instance type (EC2 DescribeInstanceTypes GpuInfo): {type: {count, names}}, read once.
+
+        An instance type EC2 does not know fails the task naming it (before CreateNodegroup, where it is called
+        first)."""
+        missing = [t for t in instance_types if t not in self.type_info]
+        if not missing:
+            return self.type_info
+        ec2 = self.aws.client("ec2")
+        try:
+            for page in ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=missing):
+                for it in page["InstanceTypes"]:
+                    gpus = [g for g in (it.get("GpuInfo") or {}).get("Gpus") or []
+                            if g.get("Manufacturer", "NVIDIA") == "NVIDIA"]
+                    self.type_info[it["InstanceType"]] = {"count": sum(g.get("Count", 0) for g in gpus),
+                                                          "names": [g["Name"] for g in gpus if g.get("Name")]}
+        except (ClientError, BotoCoreError) as e:
+            if error_code(e) == "InvalidInstanceType":
+                self.fail(describe_error(f"{self.ident}: instance_types {', '.join(instance_types)}: EC2 "
+                                         f"DescribeInstanceTypes in {self.aws.session.region_name}", e)
+                          + "; give instance types that exist in the region (aws ec2 describe-instance-type-offerings)"
+                          + ("; nothing was created" if self.creating else ""))
+            self.fail(describe_error(f"{self.ident}: EC2 DescribeInstanceTypes {', '.join(missing)}", e))
+        unknown = [t for t in missing if t not in self.type_info]
+        if unknown:
+            self.fail(f"{self.ident}: instance_types {', '.join(unknown)}: EC2 DescribeInstanceTypes in "
+                      f"{self.aws.session.region_name} does not return them; give instance types that exist there")
+        return self.type_info
+
+    def derived_accelerator(self, instance_types: list[str]) -> str | None:
+        """The k8s.amazonaws.com/accelerator value from the instance types' GPUs (None without NVIDIA GPUs)."""
+        info = self.instance_gpus(instance_types)
+        value, warning = eks.accelerator_for(instance_types, {t: info[t]["names"] for t in instance_types})
+        if warning:
+            self.module.warn(warning)
+        return value
+
     def gpu_count(self, instance_types: list[str]) -> int:
         if self.p["gpu_count"] is not None:
             return self.p["gpu_count"]
         if not instance_types:
             return 0
-        ec2 = self.aws.client("ec2")
-        info: dict[str, int] = {}
-        try:
-            for page in ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=list(instance_types)):
-                for it in page["InstanceTypes"]:
-                    gpus = (it.get("GpuInfo") or {}).get("Gpus") or []
-                    info[it["InstanceType"]] = sum(g.get("Count", 0) for g in gpus
-                                                   if g.get("Manufacturer", "NVIDIA") == "NVIDIA")
-        except (ClientError, BotoCoreError) as e:
-            self.fail(describe_error(f"{self.ident}: EC2 DescribeInstanceTypes {', '.join(instance_types)} "
-                                     "(set gpu_count to skip it)", e))
+        info = {t: v["count"] for t, v in self.instance_gpus(instance_types).items()}
         count, warning = eks.gpu_count_for(instance_types, info)
         if warning:
             self.module.warn(warning)
@@ -637,6 +675,15 @@ class Nodegroup:
         want = self.validate()
         ng = self.describe()
         before = compared(ng)
+        instance_types = p["instance_types"] or (ng or {}).get("instanceTypes") or []
+        if ng is None and p["instance_types"]:
+            self.creating = True
+            self.instance_gpus(p["instance_types"])  # an unknown type fails here, before CreateNodegroup
+        if (p["accelerator"] is None and p["autoscaler_tags"] and instance_types
+                and eks.ACCELERATOR_LABEL not in (p["labels"] or {})):
+            accelerator = self.derived_accelerator(instance_types)
+            if accelerator:
+                want["labels"] = eks.desired_labels(p["labels"], accelerator)
         if ng is None:
             ng_after = self.create(want)
         else:

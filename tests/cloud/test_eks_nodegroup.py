@@ -251,3 +251,47 @@ def test_fails_naming_boto3_when_missing(run, cluster, gpu_pool):
         pytest.skip("/usr/bin/python3 has boto3: no interpreter without it here")
     r = run({"cluster_name": cluster, **gpu_pool}, python="/usr/bin/python3")
     assert r.get("failed") and "boto3" in r["msg"] and "requirements.txt" in r["msg"]
+
+
+def test_unknown_instance_type_fails_before_create_nodegroup(run, aws, cluster, gpu_pool):
+    """The instance types are looked up (EC2 DescribeInstanceTypes) before CreateNodegroup: an unknown one fails
+    naming it, and no nodegroup is left behind to fail every later run."""
+    r = run({"cluster_name": cluster, **gpu_pool, "instance_types": ["g9z.xlarge", "g4dn.xlarge"]})
+    assert r.get("failed") and "g9z.xlarge" in r["msg"] and "InvalidInstanceType" in r["msg"]
+    assert "nothing was created" in r["msg"] and "describe-instance-type-offerings" in r["msg"]
+    assert r["requests"] == [] and not exists(aws, cluster)
+    # Check mode reads the types too: the same failure, not a planned create.
+    r = run({"cluster_name": cluster, **gpu_pool, "instance_types": ["g9z.xlarge"]}, check=True)
+    assert r.get("failed") and "g9z.xlarge" in r["msg"]
+
+
+def test_accelerator_label_derived_from_instance_types(run, aws, cluster, gpu_pool):
+    """Without accelerator, the k8s.amazonaws.com/accelerator label (nodegroup and node-template tag) comes from the
+    instance types' GPUs that the module reads for the GPU count: g4dn.xlarge has one NVIDIA T4."""
+    ok(run({"cluster_name": cluster, **gpu_pool}))
+    asg = describe(aws, cluster)["resources"]["autoScalingGroups"][0]["name"]
+    aws["autoscaling"].create_launch_configuration(LaunchConfigurationName=f"lc-{cluster}", ImageId="ami-12c6146b",
+                                                   InstanceType="g4dn.xlarge")
+    aws["autoscaling"].create_auto_scaling_group(
+        AutoScalingGroupName=asg, LaunchConfigurationName=f"lc-{cluster}", MinSize=0, MaxSize=3, DesiredCapacity=0,
+        VPCZoneIdentifier=",".join(gpu_pool["subnets"]))
+    opts = {**gpu_pool, "autoscaler_tags": True}
+    r = ok(run({"cluster_name": cluster, **opts}))
+    assert r["changed"] and [q["operation"] for q in r["requests"]] == ["UpdateNodegroupConfig", "CreateOrUpdateTags"]
+    assert r["requests"][0]["params"]["labels"] == {
+        "addOrUpdateLabels": {"k8s.amazonaws.com/accelerator": "nvidia-tesla-t4"}}
+    assert describe(aws, cluster)["labels"]["k8s.amazonaws.com/accelerator"] == "nvidia-tesla-t4"
+    assert asg_tags(aws, asg)[P + "label/k8s.amazonaws.com/accelerator"] == ("nvidia-tesla-t4", False)
+    assert asg_tags(aws, asg)[P + "resources/nvidia.com/gpu"] == ("1", False)
+    assert not ok(run({"cluster_name": cluster, **opts}))["changed"]
+
+
+def test_unknown_region_named_with_the_fix(run, cluster, gpu_pool):
+    """A well-formed region botocore has no EKS endpoint for: the region and the fix, before any request (it was
+    the endpoint's raw connection error)."""
+    from conftest import CREDS  # pylint: disable=import-outside-toplevel
+
+    r = run({"cluster_name": cluster, **gpu_pool, "region": "eu-west-9", **CREDS}, connection=False)
+    assert r.get("failed") and "region 'eu-west-9'" in r["msg"] and "EKS" in r["msg"]
+    assert "aws ec2 describe-regions" in r["msg"] and "pip install -U boto3 botocore" in r["msg"]
+    assert "endpoint_url" in r["msg"] and "eu-west-1" in r["msg"]

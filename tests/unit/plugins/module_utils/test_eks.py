@@ -165,3 +165,24 @@ def test_gpu_count_for_mixed_types_takes_smallest():
     count, warning = eks.gpu_count_for(["g4dn.12xlarge", "g4dn.xlarge"], {"g4dn.12xlarge": 4, "g4dn.xlarge": 1})
     assert count == 1 and "gpu_count" in warning
     assert eks.gpu_count_for(["t3.medium"], {}) == (0, None)
+
+
+def test_accelerator_for_from_gpu_names():
+    assert eks.accelerator_for(["g4dn.xlarge"], {"g4dn.xlarge": ["T4"]}) == ("nvidia-tesla-t4", None)
+    assert eks.accelerator_for(["g5.xlarge", "g5.2xlarge"], {"g5.xlarge": ["A10G"], "g5.2xlarge": ["A10G"]}) == (
+        "nvidia-a10g", None)
+    assert eks.accelerator_for(["x9.large"], {"x9.large": ["Z1"]}) == ("nvidia-z1", None)
+    assert eks.accelerator_for(["m5.large"], {"m5.large": []}) == (None, None)
+    value, warning = eks.accelerator_for(["g5.xlarge", "g6.xlarge"], {"g5.xlarge": ["A10G"], "g6.xlarge": ["L4"]})
+    assert value is None and "g5.xlarge: A10G" in warning and "g6.xlarge: L4" in warning
+
+
+def test_region_error_names_region_and_fix():
+    import boto3  # pylint: disable=import-outside-toplevel
+
+    from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _aws_common  # pylint: disable=import-outside-toplevel
+
+    session = boto3.session.Session(region_name="eu-west-1")
+    assert _aws_common.region_error(session, "eu-west-1", ["eks", "iam"]) is None
+    msg = _aws_common.region_error(session, "eu-west-9", ["eks"])
+    assert "region 'eu-west-9'" in msg and "eu-west-1" in msg and "endpoint_url" in msg
