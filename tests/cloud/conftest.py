@@ -21,6 +21,10 @@ import pytest
 import boto3  # noqa: E402
 from moto import server as moto_server  # noqa: E402
 
+# moto loads AWS's managed IAM policies (AmazonEKSClusterPolicy, AmazonEKSWorkerNodePolicy, ...) only when asked:
+# playbooks/eks.yml attaches them to the roles it creates.
+os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "eu-west-1"
 CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing-secret"}
