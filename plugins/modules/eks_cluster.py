@@ -21,7 +21,7 @@ description:
     option left unset is not compared.
   - Not changed on an existing cluster, failing the task naming the field, the live and the asked value before any
     write - O(role_arn) (EKS cannot change it), O(version) (an upgrade replaces the control plane and must be
-    followed by the nodegroups: the module does not start one), O(subnets) and O(security_groups).
+    followed by the nodegroups, so the module does not start one), O(subnets) and O(security_groups).
   - O(state=absent) refuses to delete a cluster that still has nodegroups (it names them; delete them first, as
     C(playbooks/eks.yml)'s teardown does).
   - Enum values (O(logging), O(authentication_mode)) are checked against botocore's EKS model (shapes C(LogType),
