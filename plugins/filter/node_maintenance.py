@@ -133,20 +133,20 @@ def maintenance_settings(settings: Any) -> list[str]:
                 parse_max_unavailable(value)
             except MaintenanceError:
                 what = "hosts per batch" if name.endswith("_serial") else "GPU Nodes out of service at once"
-                problems.append(f"{name} is {value!r}: it must be a number of {what} (1 or more) or a percentage "
+                problems.append(f"{name} is {value}: it must be a number of {what} (1 or more) or a percentage "
                                 "(1% to 100%), as 1 or '25%'")
         elif name.endswith("_retry_delay"):
             number = _positive_number(value)
             if number is None or number <= 0:
-                problems.append(f"{name} is {value!r}: it must be a number of seconds more than 0")
+                problems.append(f"{name} is {value}: it must be a number of seconds more than 0")
         elif name.endswith("_timeout"):
             number = _positive_number(value)
             if number is None or number < 1 or number != int(number):
-                problems.append(f"{name} is {value!r}: it must be a whole number of seconds, 1 or more")
+                problems.append(f"{name} is {value}: it must be a whole number of seconds, 1 or more")
         elif name.endswith("_expected_gpus"):
             number = _positive_number(value)
             if number is None or number < 0 or number != int(number):
-                problems.append(f"{name} is {value!r}: it must be a whole number of GPUs, 0 or more "
+                problems.append(f"{name} is {value}: it must be a whole number of GPUs, 0 or more "
                                 "(0: the count the Node advertised before the drain)")
     return problems
 

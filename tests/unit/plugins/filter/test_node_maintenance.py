@@ -129,7 +129,7 @@ class TestMaintenanceSettings:
 
     @pytest.mark.parametrize("name,value,text", [
         ("k8sgpu_serial", 0, "k8sgpu_serial is 0: it must be a number of hosts per batch"),
-        ("k8sgpu_serial", "0%", "k8sgpu_serial is '0%'"),
+        ("k8sgpu_serial", "0%", "k8sgpu_serial is 0%:"),
         ("k8sgpu_max_unavailable", "all", "GPU Nodes out of service at once"),
         ("node_maintenance_drain_retry_delay", 0, "node_maintenance_drain_retry_delay is 0: it must be a number of seconds more than 0"),
         ("node_maintenance_drain_timeout", "0", "whole number of seconds, 1 or more"),
