@@ -538,12 +538,23 @@ class NodePool:
             return f"{parts.scheme}://{parts.netloc}"
         return COMPUTE_API
 
-    def pool_zones(self) -> list[str]:
+    def pool_zones(self) -> list[str] | None:
+        """The pool's zones; None in check mode when the cluster does not exist yet (a play that creates it)."""
         if self.p["node_locations"]:
             return list(self.p["node_locations"])
         if self.p["location"].count("-") == 2:  # a zone, such as us-central1-a
             return [self.p["location"]]
-        cluster = self.call("get_cluster", self.client.get_cluster, name=self.parent)
+        try:
+            cluster = self.client.get_cluster(name=self.parent, timeout=self.p["request_timeout"])
+        except gexc.NotFound:
+            if self.module.check_mode:
+                self.module.warn(f"{self.ident}: the cluster does not exist yet; the accelerator type is checked "
+                                 "when it does")
+                return None
+            self.fail(f"{self.ident}: the cluster does not exist: create it first (k8sgpu.nvidia.gke_cluster, or "
+                      "k8sgpu_gke_cluster_state: present in playbooks/gke.yml)")
+        except Exception as e:  # pylint: disable=broad-except
+            self.fail(api_error(f"{self.ident}: get_cluster", e))
         return list(cluster.locations)
 
     def check_accelerator_type(self) -> None:
@@ -555,7 +566,7 @@ class NodePool:
         base = self.compute_base()
         offered: dict[str, list[str]] = {}
         session = None
-        for zone in self.pool_zones():
+        for zone in self.pool_zones() or []:
             url = f"{base}/compute/v1/projects/{self.p['project']}/zones/{zone}/acceleratorTypes"
             if not token_may_go(url, self.p["api_endpoint"]):
                 self.fail(f"{self.ident}: {url} is not an https URL of a Google API host nor of api_endpoint; the "

@@ -1,8 +1,9 @@
 """A contract server for the GKE v1 REST API's node-pool methods, for the gke_node_pool tests.
 
 There is no GKE emulator. This server answers the paths google-cloud-container's ClusterManagerClient (REST
-transport) calls for node pools - create, get, list, update (PUT), :setAutoscaling, :setSize, delete and
-operations.get - and the Compute API's instanceGroupManagers.get for the pools' instance groups. Every request
+transport) calls for clusters - create, get, update (PUT), delete - and node pools - create, get, list, update
+(PUT), :setAutoscaling, :setSize, delete - and operations.get, and the Compute API's instanceGroupManagers.get for
+the pools' instance groups and acceleratorTypes.list. Every request
 body is parsed into google-cloud-container's own proto type for that method (google.cloud.container_v1.types,
 with json_format.Parse and ignore_unknown_fields=False), and every enum value is checked against the proto's
 enum, so an unknown field or value is a 400 INVALID_ARGUMENT as Google's front end answers it.
@@ -17,7 +18,10 @@ UpdateNodePoolRequest's required node_version and image_type; node locations wit
 a GPU sharing strategy only with max_shared_clients_per_gpu; a change of the GPU driver installation through
 UpdateNodePoolRequest.accelerators (the only accelerator change it accepts in place); the Compute API's
 acceleratorTypes.list per zone (``accelerator_types``), and node pools whose accelerator type a zone does not
-offer refused as GKE refuses them;
+offer refused as GKE refuses them; clusters created with their node pools (CREATE_CLUSTER, then RUNNING), at most
+one ClusterUpdate field per UpdateClusterRequest (desired_release_channel, desired_logging_config,
+desired_locations modelled), the logging components' rule (WORKLOADS needs SYSTEM_COMPONENTS), and deleted with
+their pools (DELETE_CLUSTER);
 a bearer token on every request (401 without): one the server issued (its /token endpoint
 answers JWT-bearer grants of registered service-account keys) or a JWT self-signed by such a key. An UpdateNodePoolRequest field the server does not model is
 refused with a 400 that says so. Tests can make the next operation fail (``fail_next``).
@@ -48,6 +52,8 @@ DEFAULT_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_only",
 # UpdateNodePoolRequest fields this server applies; any other field set is refused (not modelled).
 UPDATE_FIELDS = {"name", "node_version", "image_type", "labels", "taints", "locations", "machine_type", "disk_type",
                  "disk_size_gb", "accelerators"}
+# ClusterUpdate fields this server applies (one per request, as GKE requires); any other is refused (not modelled).
+CLUSTER_UPDATE_FIELDS = {"desired_release_channel", "desired_logging_config", "desired_locations"}
 # Accelerator types per zone for the Compute API's acceleratorTypes.list, as a region typically offers them
 # (https://cloud.google.com/compute/docs/gpus/gpu-regions-zones, 2026); a test changes State.accelerator_types.
 DEFAULT_ACCELERATOR_TYPES = ["nvidia-tesla-t4", "nvidia-l4", "nvidia-tesla-a100", "nvidia-h100-80gb",
@@ -57,6 +63,9 @@ _POOL = r"/v1/projects/(?P<p>[^/]+)/locations/(?P<l>[^/]+)/clusters/(?P<c>[^/]+)
 _CLUSTER = r"/v1/projects/(?P<p>[^/]+)/locations/(?P<l>[^/]+)/clusters"
 ROUTES = [
     ("GET", re.compile(_CLUSTER + r"/(?P<c>[^/:]+)$"), "get_cluster"),
+    ("POST", re.compile(_CLUSTER + r"$"), "create_cluster"),
+    ("PUT", re.compile(_CLUSTER + r"/(?P<c>[^/:]+)$"), "update_cluster"),
+    ("DELETE", re.compile(_CLUSTER + r"/(?P<c>[^/:]+)$"), "delete_cluster"),
     ("GET", re.compile(_POOL + r"/(?P<n>[^/:]+)$"), "get_pool"),
     ("GET", re.compile(_POOL + r"$"), "list_pools"),
     ("POST", re.compile(_POOL + r"$"), "create_pool"),
@@ -195,7 +204,7 @@ class State:
                 self.accelerator_types.setdefault(z, list(DEFAULT_ACCELERATOR_TYPES))
             self.clusters[(project, location, name)] = {
                 "zones": zones, "region": region, "version": version, "pools": {},
-                "accelerator_types": self.accelerator_types}
+                "accelerator_types": self.accelerator_types, "config": types.Cluster(), "status": "RUNNING"}
 
     def pool(self, project: str, location: str, cluster: str, name: str) -> types.NodePool | None:
         with self.lock:
@@ -327,13 +336,161 @@ class Handler(BaseHTTPRequestHandler):
     # ---- clusters ----
     def cluster_pb(self, p, l, c) -> types.Cluster:  # noqa: E741
         cl = self.cluster(p, l, c)
-        return types.Cluster(name=c, location=l, locations=cl["zones"], current_master_version=cl["version"],
-                             current_node_version=cl["version"], status=types.Cluster.Status.RUNNING,
-                             self_link=f"{self.state.base}/v1/projects/{p}/locations/{l}/clusters/{c}",
-                             node_pools=list(cl["pools"].values()))
+        out = types.Cluster(cl["config"])
+        out.name, out.location, out.locations = c, l, cl["zones"]
+        out.current_master_version = out.current_node_version = cl["version"]
+        out.status = types.Cluster.Status[cl["status"]]
+        out.self_link = f"{self.state.base}/v1/projects/{p}/locations/{l}/clusters/{c}"
+        out.endpoint = "203.0.113.10"
+        out.node_pools = list(cl["pools"].values())
+        return out
 
     def get_cluster(self, p, l, c, **_kw):  # noqa: E741
         return 200, json.loads(types.Cluster.to_json(self.cluster_pb(p, l, c)))
+
+    @staticmethod
+    def check_logging(cfg: types.LoggingConfig) -> None:
+        """LoggingComponentConfig (https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters#loggingcomponentconfig):
+        WORKLOADS logs need SYSTEM_COMPONENTS (https://cloud.google.com/kubernetes-engine/docs/how-to/config-logging:
+        "SYSTEM is required when WORKLOAD is enabled"), as gcloud's --logging=WORKLOAD alone is refused."""
+        comps = set(cfg.component_config.enable_components)
+        if types.LoggingComponentConfig.Component.WORKLOADS in comps and \
+                types.LoggingComponentConfig.Component.SYSTEM_COMPONENTS not in comps:
+            raise bad("logging_config: WORKLOADS requires SYSTEM_COMPONENTS to be enabled.")
+
+    def create_cluster(self, p, l, body, **_kw):  # noqa: E741
+        """projects.locations.clusters.create (https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters/create):
+        the cluster with its node pools, a CREATE_CLUSTER operation; PROVISIONING until the operation is DONE."""
+        req = parse(body, types.CreateClusterRequest)
+        if req.parent and req.parent != f"projects/{p}/locations/{l}":
+            raise bad(f"parent {req.parent!r} does not match the URL's 'projects/{p}/locations/{l}'")
+        for field in ("project_id", "zone"):
+            if getattr(req, field):
+                raise bad(f"{field} is deprecated with the locations API: use parent")
+        cluster = types.Cluster(req.cluster)
+        c = cluster.name
+        if not c:
+            raise bad("cluster.name is required.")
+        if (p, l, c) in self.state.clusters:
+            raise ApiError(409, "ALREADY_EXISTS", f"Already exists: projects/{p}/locations/{l}/clusters/{c}.")
+        if not cluster.node_pools and not cluster.initial_node_count and not cluster.autopilot.enabled:
+            raise bad("Cluster.node_pools or Cluster.initial_node_count must be set.")
+        self.check_logging(cluster.logging_config)
+        region = l if l.count("-") == 1 else l.rsplit("-", 1)[0]
+        for z in cluster.locations:
+            if not z.startswith(region + "-"):
+                raise bad(f"Location {z!r} is not a zone of the cluster's region {region}.")
+        version = cluster.initial_cluster_version or "1.33.5-gke.1162000"
+        if version == "latest":
+            version = "1.34.1-gke.1000000"
+        self.state.add_cluster(p, l, c, list(cluster.locations) or None, version)
+        cl = self.state.clusters[(p, l, c)]
+        cl["status"] = "PROVISIONING"
+        pools = list(cluster.node_pools)
+        config = types.Cluster(cluster)
+        config.node_pools = []
+        config.locations = []
+        config.initial_cluster_version = ""
+        # GKE's defaults for a new Standard cluster: the default VPC network, the Regular release channel
+        # (https://cloud.google.com/kubernetes-engine/docs/concepts/release-channels: "If you don't specify a
+        # release channel, ... enrolled in the Regular channel"), system and workload logs
+        # (https://cloud.google.com/kubernetes-engine/docs/concepts/about-logs).
+        config.network = config.network or "default"
+        if not config.release_channel.channel:
+            config.release_channel.channel = types.ReleaseChannel.Channel.REGULAR
+        if "logging_config" not in cluster:
+            config.logging_config.component_config.enable_components = [
+                types.LoggingComponentConfig.Component.SYSTEM_COMPONENTS,
+                types.LoggingComponentConfig.Component.WORKLOADS]
+        cl["config"] = config
+        try:
+            self.add_cluster_pools(p, l, c, cl, pools, version)
+        except ApiError:
+            self.state.clusters.pop((p, l, c), None)
+            raise
+
+        def finish(failed):
+            cl["status"] = "ERROR" if failed else "RUNNING"
+        return self.operation(p, l, c, types.Operation.Type.CREATE_CLUSTER, f"projects/{p}/locations/{l}/clusters/{c}",
+                              finish)
+
+    def add_cluster_pools(self, p, l, c, cl, pools, version) -> None:  # noqa: E741  # pylint: disable=too-many-arguments
+        for np in pools:
+            if not np.name:
+                raise bad("node_pools[].name is required.")
+            check_autoscaling(np.autoscaling)
+            check_accelerators(np.config.accelerators, cl, np.locations or cl["zones"])
+            cfg = np.config
+            cfg.machine_type = cfg.machine_type or "e2-medium"
+            cfg.disk_size_gb = cfg.disk_size_gb or 100
+            cfg.disk_type = cfg.disk_type or "pd-balanced"
+            cfg.image_type = cfg.image_type or "COS_CONTAINERD"
+            cfg.service_account = cfg.service_account or "default"
+            if not cfg.oauth_scopes:
+                cfg.oauth_scopes.extend(DEFAULT_SCOPES)
+            add_gpu_taint(np)
+            default_location_policy(np.autoscaling, cfg.spot)
+            if not np.locations:
+                np.locations.extend(cl["zones"])
+            np.version = version
+            np.status = types.NodePool.Status.RUNNING
+            np.self_link = f"{self.state.base}/v1/projects/{p}/locations/{l}/clusters/{c}/nodePools/{np.name}"
+            np.instance_group_urls.extend(self.mig_urls(p, c, np.name, np.locations))
+            for url in np.instance_group_urls:
+                self.state.migs[urlparse(url).path] = np.initial_node_count
+            cl["pools"][np.name] = np
+
+    def update_cluster(self, p, l, c, body, **_kw):  # noqa: E741
+        """projects.locations.clusters.update: "Exactly one update can be applied to a cluster with each request,
+        so at most one field can be provided" (ClusterUpdate,
+        https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/ClusterUpdate)."""
+        req = parse(body, types.UpdateClusterRequest)
+        if req.name and req.name != f"projects/{p}/locations/{l}/clusters/{c}":
+            raise bad(f"name {req.name!r} does not match the URL")
+        cl = self.cluster(p, l, c)
+        fields = [f.name for f, _v in types.ClusterUpdate.pb(req.update).ListFields()]
+        if len(fields) != 1:
+            raise bad(f"ClusterUpdate: exactly one update can be applied with each request, got {len(fields)} "
+                      f"({', '.join(fields) or 'none'}).")
+        if fields[0] not in CLUSTER_UPDATE_FIELDS:
+            raise bad(f"ClusterUpdate field {fields[0]} is not modelled by the contract server.")
+        upd = req.update
+        if fields[0] == "desired_logging_config":
+            self.check_logging(upd.desired_logging_config)
+        if fields[0] == "desired_locations":
+            for z in upd.desired_locations:
+                if not z.startswith(cl["region"] + "-"):
+                    raise bad(f"Location {z!r} is not a zone of the cluster's region {cl['region']}.")
+        if cl["status"] != "RUNNING":
+            raise ApiError(400, "FAILED_PRECONDITION", f"Cluster {c} is {cl['status']}.")
+
+        def finish(failed):
+            if failed:
+                return
+            if fields[0] == "desired_release_channel":
+                cl["config"].release_channel = upd.desired_release_channel
+            elif fields[0] == "desired_logging_config":
+                cl["config"].logging_config = upd.desired_logging_config
+            else:
+                cl["zones"] = list(upd.desired_locations)
+        return self.operation(p, l, c, types.Operation.Type.UPDATE_CLUSTER, f"projects/{p}/locations/{l}/clusters/{c}",
+                              finish)
+
+    def delete_cluster(self, p, l, c, **_kw):  # noqa: E741
+        """projects.locations.clusters.delete: the cluster and its node pools (DELETE_CLUSTER)."""
+        cl = self.cluster(p, l, c)
+        cl["status"] = "STOPPING"
+
+        def finish(failed):
+            if failed:
+                cl["status"] = "ERROR"
+                return
+            for pool in cl["pools"].values():
+                for url in pool.instance_group_urls:
+                    self.state.migs.pop(urlparse(url).path, None)
+            self.state.clusters.pop((p, l, c), None)
+        return self.operation(p, l, c, types.Operation.Type.DELETE_CLUSTER, f"projects/{p}/locations/{l}/clusters/{c}",
+                              finish)
 
     # ---- node pools ----
     def get_pool(self, p, l, c, n, **_kw):  # noqa: E741
