@@ -335,4 +335,3 @@ def pod_security_conflict(namespace: dict | None, needed: str) -> str:
                 f"server would refuse them. Label it (kubectl label --overwrite namespace {name} "
                 f"{POD_SECURITY_PREFIX}enforce={needed}) or choose another namespace")
     return ""
-

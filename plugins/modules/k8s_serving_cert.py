@@ -32,7 +32,9 @@ attributes:
     platforms: posix
   check_mode:
     support: full
-    details: Reports whether the Secret (and files) would change; writes nothing. A would-be new CA is returned as RV(ca_bundle) so the caller can dry-run the C(APIService).
+    details:
+      - Reports whether the Secret (and files) would change and writes nothing.
+      - A would-be new CA is returned as RV(ca_bundle) so the caller can dry-run the C(APIService).
   diff_mode:
     support: full
     details: Before and after show the DNS names, expiry and SHA-256 digests, never the key.
@@ -245,8 +247,8 @@ def main() -> None:
                 # A Secret's type cannot change in place.
                 api.request("delete", f"/api/v1/namespaces/{p['namespace']}/secrets/{p['name']}", serializer=raw_json)
             api.request("patch", f"/api/v1/namespaces/{p['namespace']}/secrets/{p['name']}", body=body,
-                        content_type="application/apply-patch+yaml", field_manager=p["field_manager"], force_conflicts=True,
-                        serializer=raw_json)
+                        content_type="application/apply-patch+yaml", field_manager=p["field_manager"],
+                        force_conflicts=True, serializer=raw_json)
         except Exception as exc:
             module.fail_json(msg=f"Could not write {where}: {api_error_message(exc)}")
     files = []
