@@ -164,7 +164,14 @@ def apt_node(name: str, proxy: str, mirror: str, download_only: bool = False) ->
 def run_roles(names: list[str], proxy: str, mirror: str, playbook: Path) -> tuple[float, dict, str]:
     inv = ",".join(names) + ","
     extra = {"k8sgpu_apt_proxy": proxy, "driver_no_gpu": "install", "container_toolkit_repo_url": mirror,
-             "container_toolkit_repo_proxy": "DIRECT"}
+             "container_toolkit_repo_proxy": "DIRECT",
+             # The lab serves its key over http: pinned by the fingerprint of the lab's own copy, as
+             # inventories/lab does (container_toolkit refuses an http:// key URL without one).
+             "container_toolkit_repo_key_fingerprint":
+                 "{{ lookup('ansible.builtin.file', lookup('ansible.builtin.env', 'K8SGPU_CACHE', "
+                 "default=lookup('ansible.builtin.env', 'HOME') ~ '/.cache/k8sgpu-lab') ~ '/mirror/' "
+                 "~ (container_toolkit_repo_url.split('/k8sgpu-mirror/') | last) ~ '/gpgkey') "
+                 "| k8sgpu.nvidia.openpgp_fingerprints | first }}"}
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
            "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks", "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "25",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}

@@ -53,6 +53,14 @@ options:
   docker:
     description: Path of the C(docker) client. Default C(docker) found on the PATH.
     type: path
+  volume_mount:
+    description:
+      - Also ask for every GPU with C(--volume /dev/null:/var/run/nvidia-container-devices/all:ro), the request the
+        NVIDIA runtime accepts from an unprivileged container when its C(config.toml) sets
+        C(accept-nvidia-visible-devices-as-volume-mounts = true) and ignores C(NVIDIA_VISIBLE_DEVICES) (which
+        C(--gpus all) sets) there, as the M(k8sgpu.nvidia.container_toolkit) role does for GPU isolation.
+    type: bool
+    default: false
 notes:
   - C(docker run --pull) needs Docker 20.10 or later (Debian 12 ships 20.10).
 """
@@ -159,8 +167,12 @@ def choose_image(image: str, default_image: str, pull: bool, local: Callable[[st
     return "", False, "image_not_local" if image else "no_image"
 
 
-def command(docker: str, image: str, pull: bool) -> list[str]:
-    return [docker, "run", "--rm", "--pull", "missing" if pull else "never", "--gpus", "all", image, "nvidia-smi", "-L"]
+def command(docker: str, image: str, pull: bool, volume_mount: bool = False) -> list[str]:
+    # The NVIDIA runtime's request for every GPU that it accepts from an unprivileged container when it ignores
+    # NVIDIA_VISIBLE_DEVICES (which --gpus all sets) there: /dev/null mounted at /var/run/nvidia-container-devices/all.
+    mount = ["--volume", "/dev/null:/var/run/nvidia-container-devices/all:ro"] if volume_mount else []
+    return [docker, "run", "--rm", "--pull", "missing" if pull else "never", "--gpus", "all", *mount, image,
+            "nvidia-smi", "-L"]
 
 
 def gpu_lines(stdout: str) -> list[str]:
@@ -174,6 +186,7 @@ def main() -> None:
             default_image=dict(type="str", default="ubuntu:24.04"),
             pull=dict(type="bool", default=False),
             docker=dict(type="path"),
+            volume_mount=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -197,7 +210,7 @@ def main() -> None:
         result["msg"] = f"{wanted} is not a local image of this host's Docker and pulls are not allowed; nothing was run."
         module.exit_json(**result)
 
-    result["cmd"] = command(docker, chosen, p["pull"])
+    result["cmd"] = command(docker, chosen, p["pull"], p["volume_mount"])
     if module.check_mode:
         result.update(reason="check_mode", msg="Check mode: nothing was run.")
         module.exit_json(**result)

@@ -157,10 +157,14 @@ def test_gpu_check_runs_a_local_image_with_pull_never(converged):
     cp = role(_container_toolkit_driver_loaded=True, container_toolkit_cdi_spec="never",
               container_toolkit_gpu_check_image="local/busybox:lab")
     out = cp.stdout + cp.stderr
-    # Debian 12's docker 20.10 takes --pull never; with no GPU here the run itself fails, naming the command.
+    # Debian 12's docker 20.10 takes --pull never; with no GPU here the run itself fails, naming the command. The
+    # GPUs are asked for by the /dev/null mount too (GPU isolation ignores --gpus all's NVIDIA_VISIBLE_DEVICES): the
+    # runtime acts on it (exit 125, it cannot create the GPU devices here), where the variable alone would give a
+    # container without nvidia-smi (exit 127).
     assert cp.returncode != 0, out[-4000:]
-    assert f"{NODE}: /usr/bin/docker run --rm --pull never --gpus all local/busybox:lab nvidia-smi -L failed (exit 125)" \
-        in out, out[-4000:]
+    assert (f"{NODE}: /usr/bin/docker run --rm --pull never --gpus all --volume "
+            "/dev/null:/var/run/nvidia-container-devices/all:ro local/busybox:lab nvidia-smi -L failed (exit 125)"
+            in out), out[-4000:]
     assert "container_toolkit_gpu_check=false" in out
     assert "unknown flag" not in out
     assert registry_requests() == ""
