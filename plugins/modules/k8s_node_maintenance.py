@@ -112,7 +112,7 @@ notes:
   - Needs RBAC C(get), C(list) and C(patch) on C(nodes); C(list) on C(pods); C(create) on C(pods/eviction); C(delete)
     on C(pods) (finished pods); C(get) on C(daemonsets); C(list) on C(poddisruptionbudgets).
   - Several hosts of one batch checking the limit at the same time each see the others still in service; run the
-    V(cordon) with C(throttle: 1) (as the node_maintenance role does) so each sees the ones before it.
+    V(cordon) one host at a time (C(throttle) 1, as the node_maintenance role does) so each sees the ones before it.
 seealso:
   - module: kubernetes.core.k8s_drain
   - name: Safely drain a node

@@ -36,7 +36,7 @@ options:
   names:
     description:
       - Names of the Nodes to act on. Combined with the keys of O(node_labels).
-      - An empty list (and no O(node_labels)) selects no Node: the task changes nothing.
+      - An empty list (and no O(node_labels)) selects no Node, so the task changes nothing.
     type: list
     elements: str
   all_nodes:
