@@ -147,7 +147,7 @@ def main() -> None:
                         pin_app_to_node()
                         took, out = playbook(inv, "playbooks/upgrade.yml", *change)
                         window.append(took)
-                        steps += re.findall(r"upgraded in (.*? s)(?=\"|$)", " ".join(out.split()))
+                        steps += re.findall(r"upgraded in (.*? s)(?= [A-Z]|$)", " ".join(out.split()))
                     print(f"round {rnd + 1} {side}: {took:.1f} s", flush=True)
         finally:
             subprocess.run(["docker", "rm", "-f", HOST], capture_output=True, check=False)
