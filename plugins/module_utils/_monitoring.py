@@ -92,6 +92,18 @@ def daemonset_rolled_out(daemonset: dict | None) -> bool:
             and status.get("numberAvailable", 0) == desired)
 
 
+def deployment_rolled_out(deployment: dict | None) -> bool:
+    """The Deployment's controller saw its latest spec, and every replica runs that spec and is available."""
+    if not deployment:
+        return False
+    status = deployment.get("status") or {}
+    wanted = (deployment.get("spec") or {}).get("replicas", 1)
+    return (status.get("observedGeneration", 0) >= (deployment.get("metadata") or {}).get("generation", 1)
+            and status.get("updatedReplicas", 0) == wanted
+            and status.get("availableReplicas", 0) == wanted
+            and status.get("replicas", 0) == wanted)
+
+
 def _name(obj: dict) -> str:
     return (obj.get("metadata") or {}).get("name") or ""
 
@@ -335,3 +347,24 @@ def pod_security_conflict(namespace: dict | None, needed: str) -> str:
                 f"server would refuse them. Label it (kubectl label --overwrite namespace {name} "
                 f"{POD_SECURITY_PREFIX}enforce={needed}) or choose another namespace")
     return ""
+
+
+# --- removal (the private role _k8s) -------------------------------------------------------------------------------
+
+def namespace_leftovers(results: list, defaults: list | None = None, removed: list | None = None) -> list[str]:
+    """What a namespace still holds ("Kind/name", sorted) that is not Kubernetes' own (defaults, "Kind/name"), not
+    being removed (removed: API objects), not owned by another object (garbage-collected with it) and not already
+    being deleted. results: the loop results of kubernetes.core.k8s_info, one per kind (item.kind, resources)."""
+    skip = set(defaults or [])
+    skip.update(f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}" for o in removed or [] if isinstance(o, dict))
+    out = set()
+    for result in results or []:
+        kind = (result.get("item") or {}).get("kind")
+        for obj in result.get("resources") or []:
+            meta = obj.get("metadata") or {}
+            if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
+                continue
+            key = f"{obj.get('kind') or kind}/{meta.get('name')}"
+            if key not in skip:
+                out.add(key)
+    return sorted(out)

@@ -232,7 +232,7 @@ class Prometheus:
     def start(self) -> Prometheus:
         binary = PROMETHEUS_BIN / "prometheus"
         if not binary.exists():
-            raise FileNotFoundError(f"{binary} not found: make lab builds it (lab/build-binaries.sh)")
+            raise FileNotFoundError(f"{binary} not found: build it with lab/build-binaries.sh prometheus adapter")
         self.port = self.port or free_port()
         self.workdir.mkdir(parents=True, exist_ok=True)
         cfg = self.workdir / "prometheus.yml"
@@ -286,7 +286,7 @@ class Adapter:
 
     def start(self) -> Adapter:
         if not ADAPTER_BIN.exists():
-            raise FileNotFoundError(f"{ADAPTER_BIN} not found: make lab builds it (lab/build-binaries.sh)")
+            raise FileNotFoundError(f"{ADAPTER_BIN} not found: build it with lab/build-binaries.sh prometheus adapter")
         self.port = self.port or free_port()
         certs = self.workdir / "certs"
         certs.mkdir(parents=True, exist_ok=True)

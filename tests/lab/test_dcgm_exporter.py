@@ -309,7 +309,7 @@ def test_wait_names_each_gpu_node_without_an_exporter_and_why(core, namespace, g
     out = flat(res.stdout)
     assert (f"{tainted}: no dcgm-exporter pod on this node: untolerated taint(s) dedicated=infra:NoSchedule"
             in out), out[-3000:]
-    tail = out.rsplit("without a Ready exporter:", maxsplit=1)[-1]
+    tail = out.rsplit("without a Ready dcgm-exporter pod:", maxsplit=1)[-1]
     assert all(f"{n}:" not in tail for n in GPU_NODES), tail
 
 

@@ -1,0 +1,188 @@
+"""state: absent for the Kubernetes roles that go through the private role _k8s, against the lab's real API server:
+snapshot the cluster's objects of the kinds the role makes, create with the role, plant an unrelated object in the
+same namespace, remove with state=absent (check mode first: nothing changes), compare with the snapshot. The planted
+object survives and keeps the namespace the role created; once it is gone, the namespace goes too; a second removal
+changes nothing."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from kubernetes import client, dynamic
+
+from ansible_output import recap
+from conftest import run
+
+# The kinds the converted roles make, and the Namespaces.
+KINDS = [("v1", "Namespace"), ("v1", "ConfigMap"), ("v1", "Service"), ("v1", "Secret"), ("v1", "ServiceAccount"),
+         ("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("autoscaling/v2", "HorizontalPodAutoscaler"),
+         ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+         ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("apiregistration.k8s.io/v1", "APIService"),
+         ("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")]
+
+
+def role(name: str, extra: dict, *args: str):
+    return run(["ansible-playbook", "-i", "inventories/lab", "tests/lab/playbooks/role.yml", "-e", f"role={name}",
+                "-e", json.dumps(extra), *args])
+
+
+def changed(res) -> int:
+    return recap(res.stdout).get("localhost", {}).get("changed", -1)
+
+
+@pytest.fixture(scope="module")
+def dyn(core) -> dynamic.DynamicClient:
+    return dynamic.DynamicClient(core.api_client)
+
+
+def snapshot(dyn: dynamic.DynamicClient, namespace: str) -> set[tuple[str, str, str]]:
+    """(kind, namespace, name) of every cluster-scoped object of KINDS, of the namespaced ones in the test's namespace,
+    and the test's Namespace (other tests' namespaces come and go); kinds the cluster does not serve have none, and
+    objects being deleted do not count."""
+    out = set()
+    for api_version, kind in KINDS:
+        try:
+            res = dyn.resources.get(api_version=api_version, kind=kind)
+        except dynamic.exceptions.ResourceNotFoundError:
+            continue
+        for item in res.get().to_dict().get("items") or []:
+            meta = item["metadata"]
+            if meta.get("deletionTimestamp") or (meta.get("namespace") or namespace) != namespace:
+                continue
+            if kind == "Namespace" and meta["name"] != namespace:
+                continue
+            out.add((kind, meta.get("namespace") or "", meta["name"]))
+    return out
+
+
+def wait_gone(core, namespace: str) -> None:
+    for _attempt in range(300):
+        try:
+            core.read_namespace(namespace)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        time.sleep(0.2)
+    raise AssertionError(f"namespace {namespace} not deleted after 60 s")
+
+
+def plant(core, namespace: str) -> str:
+    name = f"planted-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name),
+                                                                    data={"owner": "someone else"}))
+    return name
+
+
+def remove_and_compare(dyn, core, name: str, extra: dict, before: set, namespace: str, plant_it: bool = True) -> None:
+    """The removal sequence every role goes through (see the module's docstring)."""
+    created = snapshot(dyn, namespace)
+    assert created - before, f"{name} created nothing"
+    planted = plant(core, namespace) if plant_it else None
+    absent = {**extra, f"{name}_state": "absent"}
+
+    check = role(name, absent, "--check")
+    assert check.returncode == 0, check.stdout[-3000:]
+    assert changed(check) > 0, check.stdout[-3000:]
+    assert snapshot(dyn, namespace) == created | ({("ConfigMap", namespace, planted)} if planted else set())
+
+    gone = role(name, absent)
+    assert gone.returncode == 0, gone.stdout[-3000:]
+    after = snapshot(dyn, namespace)
+    if planted:
+        # The planted object survives, and keeps the namespace the role created.
+        assert after == before | {("Namespace", "", namespace), ("ConfigMap", namespace, planted),
+                                  ("ConfigMap", namespace, "kube-root-ca.crt"),
+                                  ("ServiceAccount", namespace, "default")}, sorted(after ^ before)
+        assert f"Namespace {namespace} stays: it still holds ConfigMap/{planted}" in " ".join(gone.stdout.split())
+        again = role(name, absent)
+        assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]
+        core.delete_namespaced_config_map(planted, namespace)
+        last = role(name, absent)
+        assert last.returncode == 0 and changed(last) == 1, last.stdout[-3000:]
+        wait_gone(core, namespace)
+        after = snapshot(dyn, namespace)
+    assert after == before, sorted(after ^ before)
+    again = role(name, absent)
+    assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]
+
+
+@pytest.fixture
+def fresh_namespace(core):
+    ns = f"k8sgpu-absent-{uuid.uuid4().hex[:6]}"
+    yield ns
+    try:
+        core.delete_namespace(ns)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def test_dcgm_exporter_absent(dyn, core, fresh_namespace, tmp_path):
+    extra = {"dcgm_exporter_namespace": fresh_namespace, "dcgm_exporter_wait": False,
+             "dcgm_exporter_scrape_config_path": str(tmp_path / "scrape.yml")}
+    before = snapshot(dyn, fresh_namespace)
+    res = role("dcgm_exporter", extra)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert (tmp_path / "scrape.yml").is_file() or ("ServiceMonitor", fresh_namespace, "dcgm-exporter") in snapshot(dyn, fresh_namespace)
+    remove_and_compare(dyn, core, "dcgm_exporter", extra, before, fresh_namespace)
+    assert not (tmp_path / "scrape.yml").exists()
+
+
+def test_gpu_dashboard_absent(dyn, core, fresh_namespace):
+    extra = {"gpu_dashboard_namespace": fresh_namespace}
+    before = snapshot(dyn, fresh_namespace)
+    res = role("gpu_dashboard", extra)
+    assert res.returncode == 0, res.stdout[-3000:]
+    remove_and_compare(dyn, core, "gpu_dashboard", extra, before, fresh_namespace)
+
+
+def test_gpu_alerts_absent_rules_file(dyn, core, fresh_namespace, tmp_path):
+    """Without the PrometheusRule CRD the role writes a file, and touches no namespace."""
+    path = tmp_path / "rules.yml"
+    extra = {"gpu_alerts_namespace": fresh_namespace, "gpu_alerts_rules_file_path": str(path),
+             "gpu_alerts_prometheus_rule": "never"}
+    before = snapshot(dyn, fresh_namespace)
+    res = role("gpu_alerts", extra)
+    assert res.returncode == 0 and path.is_file(), res.stdout[-3000:]
+    assert snapshot(dyn, fresh_namespace) == before
+    gone = role("gpu_alerts", {**extra, "gpu_alerts_state": "absent"})
+    assert gone.returncode == 0 and changed(gone) == 1 and not path.exists(), gone.stdout[-3000:]
+    assert snapshot(dyn, fresh_namespace) == before
+    again = role("gpu_alerts", {**extra, "gpu_alerts_state": "absent"})
+    assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]
+
+
+def test_gpu_metrics_adapter_absent(dyn, core, fresh_namespace):
+    before = snapshot(dyn, fresh_namespace)
+    if any(kind == "APIService" and name.endswith("custom.metrics.k8s.io") for kind, _, name in before):
+        pytest.skip("a custom metrics APIService is registered in the lab already (another test's adapter)")
+    extra = {"gpu_metrics_adapter_namespace": fresh_namespace, "gpu_metrics_adapter_wait": False,
+             "gpu_metrics_adapter_prometheus_check": "none", "gpu_metrics_adapter_name": "absent-adapter"}
+    res = role("gpu_metrics_adapter", extra)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert ("Secret", fresh_namespace, "absent-adapter-serving-cert") in snapshot(dyn, fresh_namespace)
+    remove_and_compare(dyn, core, "gpu_metrics_adapter", extra, before, fresh_namespace)
+
+
+def test_gpu_autoscaling_absent(dyn, core, fresh_namespace):
+    """The HPA goes; the workload it scaled, in the same namespace, stays."""
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=fresh_namespace)))
+    apps = client.AppsV1Api(core.api_client)
+    labels = {"app": "gpu-work"}
+    apps.create_namespaced_deployment(fresh_namespace, client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="gpu-work"),
+        spec=client.V1DeploymentSpec(replicas=0, selector=client.V1LabelSelector(match_labels=labels),
+                                     template=client.V1PodTemplateSpec(
+                                         metadata=client.V1ObjectMeta(labels=labels),
+                                         spec=client.V1PodSpec(containers=[client.V1Container(name="w", image="w")])))))
+    extra = {"gpu_autoscaling_namespace": fresh_namespace, "gpu_autoscaling_target_name": "gpu-work",
+             "gpu_autoscaling_check_metrics_api": False}
+    before = snapshot(dyn, fresh_namespace)
+    res = role("gpu_autoscaling", extra)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert snapshot(dyn, fresh_namespace) - before == {("HorizontalPodAutoscaler", fresh_namespace, "gpu-work")}
+    remove_and_compare(dyn, core, "gpu_autoscaling", extra, before, fresh_namespace, plant_it=False)
+    assert apps.read_namespaced_deployment("gpu-work", fresh_namespace).metadata.name == "gpu-work"
