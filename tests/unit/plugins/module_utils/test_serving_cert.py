@@ -49,7 +49,7 @@ def test_a_tls_client_trusting_the_ca_accepts_the_service_name_and_refuses_other
     port = listener.getsockname()[1]
 
     def serve():
-        for _ in range(2):
+        for _attempt in range(2):
             conn, _addr = listener.accept()
             try:
                 with server_ctx.wrap_socket(conn, server_side=True) as tls:
