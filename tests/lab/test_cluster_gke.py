@@ -36,7 +36,7 @@ def test_gke_playbook_from_no_cluster_and_back(core, namespace, kubeconfig, tmp_
                 "accelerator": {"type": "nvidia-l4", "gpu_driver_version": "LATEST"},   # GKE installs the driver
                 "labels": {"role": "train-gpu"}, "autoscaling": {"min_node_count": 0, "max_node_count": 1}},
             "k8sgpu_gke_verify_namespace": namespace, "k8sgpu_gke_verify_timeout": 120,
-            "k8sgpu_gke_verify_require_logs": False, "k8sgpu_kubeconfig": kubeconfig}
+            "k8sgpu_gke_verify_require_logs": False, "k8sgpu_gke_scale_down_poll": 1, "k8sgpu_kubeconfig": kubeconfig}
         node_labels = {"cloud.google.com/gke-nodepool": pool, "cloud.google.com/gke-accelerator": "nvidia-l4",
                        "role": "train-gpu"}
         # Check mode from nothing: the cluster and the pool are planned; nothing is made.
@@ -50,6 +50,7 @@ def test_gke_playbook_from_no_cluster_and_back(core, namespace, kubeconfig, tmp_
             proc, stats = playbook("playbooks/gke.yml", extra, tmp_path)
             assert proc.returncode == 0 and stats["changed"] == 2, proc.stdout[-4000:]  # the cluster, the pool
             assert f"node pool {pool}: PASSED" in proc.stdout
+            assert f"node pool {pool}: back to zero nodes after the check" in proc.stdout
             pools = gke.clusters[(PROJECT, REGION, cluster)]["pools"]
             assert sorted(pools) == ["cpu", pool] and pools["cpu"].config.machine_type == "e2-standard-2"
             assert not pools["cpu"].config.accelerators and pools[pool].config.accelerators[0].accelerator_type == \

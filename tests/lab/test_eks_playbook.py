@@ -201,7 +201,10 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
         "device_plugin_namespace": namespace, "device_plugin_name": f"k8sgpu-eks-dp-{pool}",
         "device_plugin_node_affinity_label": dp_label,
         "k8sgpu_eks_verify_namespace": namespace, "k8sgpu_eks_verify_timeout": 120,
-        "k8sgpu_eks_verify_require_logs": False})
+        "k8sgpu_eks_verify_require_logs": False, "k8sgpu_eks_scale_down_poll": 1,
+        # The cluster-autoscaler's objects (its pod cannot reach AWS here: the fake autoscaler plays its part).
+        "k8sgpu_eks_cluster_autoscaler": True, "cluster_autoscaler_name": f"k8sgpu-ca-{pool}",
+        "cluster_autoscaler_namespace": namespace, "cluster_autoscaler_kubernetes_version": "1.33"})
 
     # Check mode: nothing is created in AWS, nothing in the cluster.
     rc, out, stats = play("--check")
@@ -228,6 +231,12 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
         out = proc.communicate(timeout=600)[0]
         assert proc.returncode == 0, out[-9000:]
         assert "nodegroup pool: PASSED - completed_no_logs on k8sgpu-eks-" in out, out[-3000:]
+        # The scale-down check: the playbook waited until the pool had no node left.
+        assert "nodegroup pool: back to zero nodes after the check" in out, out[-3000:]
+        assert ca.removed and set(ca.removed) == set(ca.nodes)
+        dep = client.AppsV1Api(core.api_client).read_namespaced_deployment(f"k8sgpu-ca-{pool}", namespace)
+        assert "--node-group-auto-discovery=asg:tag=k8s.io/cluster-autoscaler/enabled,k8s.io/cluster-autoscaler/" \
+            + cluster in dep.spec.template.spec.containers[0].args
         first = ca.scale_ups[0]
         assert first.pod.startswith(f"{namespace}/k8sgpu-verify-")
         assert first.pending_seen < first.node_created <= first.pod_running
@@ -242,10 +251,13 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
         assert len(ca.scale_ups) == 2 and ca.scale_ups[1].pod_running
         assert ca.wait_scaled_to_zero(60), ca.errors
 
-    # Teardown, twice.
+    # Teardown, twice: the cluster-autoscaler, then the nodegroup.
     rc, out, stats = play(k8sgpu_eks_state="absent")
-    assert rc == 0 and stats["changed"] == 1, out[-4000:]
+    assert rc == 0 and stats["changed"] == 2, out[-4000:]
     assert aws["eks"].list_nodegroups(clusterName=cluster)["nodegroups"] == []
+    with pytest.raises(client.ApiException) as gone:
+        client.AppsV1Api(core.api_client).read_namespaced_deployment(f"k8sgpu-ca-{pool}", namespace)
+    assert gone.value.status == 404
     rc, out, stats = play("--tags", "eks_teardown")
     assert rc == 0 and stats["changed"] == 0, out[-4000:]
 

@@ -85,6 +85,7 @@ def test_gke_playbook_scale_from_zero_second_run_and_teardown(core, apps, gke, n
             "autoscaling": {"min_node_count": 0, "max_node_count": 1, "location_policy": "ANY"}},
         "k8sgpu_gke_verify_namespace": namespace, "k8sgpu_gke_verify_timeout": 120,
         "k8sgpu_gke_verify_require_logs": False,  # kwok has no container logs
+        "k8sgpu_gke_scale_down_poll": 1,
         "k8sgpu_kubeconfig": kubeconfig,
     }
     # The nodes GKE would add to this pool: its own labels, the pool's labels, GKE's GPU taint.
@@ -93,7 +94,7 @@ def test_gke_playbook_scale_from_zero_second_run_and_teardown(core, apps, gke, n
     try:
         with FakeAutoscaler(core, node_prefix="k8sgpu-gke-sfz", labels=node_labels, taints=[GPU_TAINT],
                             node_selector={"cloud.google.com/gke-nodepool": pool}, gpus=1, delay=3.0,
-                            namespaces=[namespace]) as autoscaler:
+                            namespaces=[namespace], scale_down_after=2.0) as autoscaler:
             proc, stats = playbook("playbooks/gke.yml", extra, tmp_path)
             assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
             assert stats["changed"] >= 2 and stats["failed"] == 0  # the pool, the DaemonSet
@@ -120,8 +121,11 @@ def test_gke_playbook_scale_from_zero_second_run_and_teardown(core, apps, gke, n
             assert up.node_created is not None and up.pod_running is not None
             assert up.pending_seen <= up.node_created <= up.pod_running and up.pod_node == up.node
             assert f"node pool {pool}: PASSED" in proc.stdout
+            # The scale-down check: the playbook waited until the pool had no node left.
+            assert f"node pool {pool}: back to zero nodes after the check" in proc.stdout
+            assert autoscaler.removed and set(autoscaler.removed) == set(autoscaler.nodes)
 
-            # Second run: nothing changes (the check runs again, on the node the pool still has).
+            # Second run: nothing changes (the check scales the pool from zero and back again).
             proc, stats = playbook("playbooks/gke.yml", extra, tmp_path)
             assert proc.returncode == 0, proc.stdout[-4000:]
             assert stats["changed"] == 0, proc.stdout[-4000:]

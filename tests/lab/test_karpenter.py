@@ -416,15 +416,19 @@ class TestKarpenterKwok:
                        "-e", json.dumps({**extra, **more}), *args])
             return res.returncode, res.stdout + res.stderr, recap(res.stdout).get("localhost", {})
 
-        rc, out = eks()[:2]
+        rc, out = eks(k8sgpu_eks_scale_down_check=False)[:2]
         assert rc == 0, out[-5000:] + karpenter.logs()[-3000:]
         assert "karpenter pool: PASSED - completed_no_logs on " in out, out[-3000:]
         nodes = pool_nodes(core, pool)
         assert len(nodes) == 1 and nodes[0].metadata.labels[dp_label] == "true"
         assert "(timeout" not in out
 
-        rc, out, stats = eks()
+        # Second run, with the scale-down check: the check's pod done, Karpenter removes the empty node
+        # (consolidateAfter 5s) and the playbook sees the pool back at zero.
+        rc, out, stats = eks(k8sgpu_eks_scale_down_poll=1, k8sgpu_eks_scale_down_timeout=120)
         assert rc == 0 and stats["changed"] == 0, out[-5000:]
+        assert "karpenter pool: back to zero nodes after the check" in out, out[-3000:]
+        assert pool_nodes(core, pool) == []
 
         rc, out, stats = eks("--tags", "eks_teardown")
         assert rc == 0 and stats["changed"] == 1, out[-5000:]
