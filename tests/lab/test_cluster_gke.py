@@ -71,3 +71,32 @@ def test_gke_playbook_from_no_cluster_and_back(core, namespace, kubeconfig, tmp_
         assert gke.clusters == {}
         proc, stats = playbook("playbooks/gke.yml", {**extra, "k8sgpu_gke_state": "absent"}, tmp_path)
         assert proc.returncode == 0 and stats["changed"] == 0, proc.stdout[-4000:]
+
+
+def test_scale_down_check_fails_naming_the_node_left(core, namespace, kubeconfig, tmp_path):  # noqa: F811  # pylint: disable=redefined-outer-name
+    """A pool that does not go back to zero (the stand-in autoscaler here never removes its node): the playbook fails
+    after the timeout the user set, naming the node that keeps costing."""
+    cluster, pool = f"train-{uuid.uuid4().hex[:6]}", f"gpu-{uuid.uuid4().hex[:6]}"
+    with running() as gke:
+        gke.add_cluster(PROJECT, REGION, cluster)
+        extra = {
+            "k8sgpu_gke_node_pool": {
+                "project": PROJECT, "location": REGION, "cluster": cluster, "name": pool,
+                "api_endpoint": gke.base, "access_token": "contract-token",
+                "accelerator": {"type": "nvidia-tesla-t4", "gpu_driver_version": "LATEST"},
+                "autoscaling": {"min_node_count": 0, "max_node_count": 1}},
+            "k8sgpu_gke_verify_namespace": namespace, "k8sgpu_gke_verify_timeout": 120,
+            "k8sgpu_gke_verify_require_logs": False, "k8sgpu_gke_scale_down_poll": 1,
+            "k8sgpu_gke_scale_down_timeout": 4, "k8sgpu_kubeconfig": kubeconfig}
+        labels = {"cloud.google.com/gke-nodepool": pool, "cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+        with FakeAutoscaler(core, node_prefix="k8sgpu-gkesd", labels=labels, taints=[GPU_TAINT],
+                            node_selector={"cloud.google.com/gke-nodepool": pool}, gpus=1, delay=1.0,
+                            namespaces=[namespace]) as autoscaler:
+            proc, stats = playbook("playbooks/gke.yml", extra, tmp_path)
+            out = " ".join(proc.stdout.split())
+            assert proc.returncode != 0 and stats["failed"] == 1, proc.stdout[-4000:]
+            assert f"node pool {pool}: PASSED" in proc.stdout
+            assert f"node pool {pool} still has node(s) {autoscaler.nodes[0]} 4 s after the check" in out, out[-3000:]
+            assert "they keep costing" in out
+        proc, stats = playbook("playbooks/gke.yml", {**extra, "k8sgpu_gke_state": "absent"}, tmp_path)
+        assert proc.returncode == 0 and gke.pool(PROJECT, REGION, cluster, pool) is None, proc.stdout[-3000:]
