@@ -330,8 +330,8 @@ def accelerator_for(instance_types: Iterable[str], gpu_names: Mapping[str, Itera
     if not names or distinct == {()}:
         return None, None
     if len(distinct) > 1 or len(next(iter(distinct))) > 1:
-        return None, ("instance types have different GPUs (" + ", ".join(f"{t}: {'/'.join(n) or 'none'}"
-                                                                       for t, n in names.items())
-                      + f"); no {ACCELERATOR_LABEL} label is derived: set accelerator to choose one")
+        listed = ", ".join(f"{t}: {'/'.join(n) or 'none'}" for t, n in names.items())
+        return None, (f"instance types have different GPUs ({listed}); no {ACCELERATOR_LABEL} label is derived: "
+                      "set accelerator to choose one")
     name = next(iter(distinct))[0]
     return GPU_NAME_TO_ACCELERATOR.get(name, f"nvidia-{name.lower()}"), None

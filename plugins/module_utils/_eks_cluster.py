@@ -127,7 +127,7 @@ def planned(live: Mapping | None, create: Mapping | None, updates: list[dict], t
     if live is None:
         if create is None:
             return {}
-        return {k: v for k, v in compared({**create, "status": "ACTIVE"}).items()}
+        return compared({**create, "status": "ACTIVE"})
     after = compared(live)
     for u in updates:
         if "logging" in u:

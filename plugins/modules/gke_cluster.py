@@ -256,7 +256,7 @@ class Cluster:
 
     def validate(self) -> None:
         p = self.p
-        channels = [c for c in enum_names(types.ReleaseChannel.Channel)]
+        channels = list(enum_names(types.ReleaseChannel.Channel))
         if p["release_channel"] is not None and p["release_channel"] not in channels:
             self.fail(f"{self.ident}: release_channel={p['release_channel']!r} is not a value of ReleaseChannel.Channel "
                       f"(google-cloud-container): use one of {', '.join(channels)}")

@@ -96,8 +96,8 @@ def test_eks_playbook_from_no_cluster_and_back(endpoint, aws, network, asg_with_
     rc, out, stats = play(endpoint, extra)
     assert rc == 0 and stats["changed"] == 4, out[-5000:]
     assert attached(aws, cluster_role) == {POLICY + "AmazonEKSClusterPolicy"}
-    assert attached(aws, node_role) == {POLICY + p for p in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
-                                                              "AmazonEC2ContainerRegistryReadOnly")}
+    node_policies = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+    assert attached(aws, node_role) == {POLICY + p for p in node_policies}
     trust = aws["iam"].get_role(RoleName=cluster_role)["Role"]["AssumeRolePolicyDocument"]
     assert trust["Statement"][0]["Principal"] == {"Service": "eks.amazonaws.com"}
     cluster = aws["eks"].describe_cluster(name=name)["cluster"]
