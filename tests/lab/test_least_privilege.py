@@ -286,4 +286,3 @@ def test_verify_jobs_pass_baseline_as_the_images_user(core, fresh):
                       "timeout": 60})
     assert rc == 0, out.get("msg")
     assert out["results"][0]["status"] == "completed_no_logs"
-

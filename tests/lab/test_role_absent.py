@@ -39,8 +39,8 @@ def dyn(core) -> dynamic.DynamicClient:
 
 def snapshot(dyn: dynamic.DynamicClient, namespace: str) -> set[tuple[str, str, str]]:
     """(kind, namespace, name) of every cluster-scoped object of KINDS, of the namespaced ones in the test's namespace,
-    the RoleBindings in kube-system (the adapter's), and the test's Namespace (other tests' namespaces come and go); kinds the cluster does not serve have none, and
-    objects being deleted do not count."""
+    the RoleBindings in kube-system (the adapter's), and the test's Namespace (other tests' namespaces come and go);
+    kinds the cluster does not serve have none, and objects being deleted do not count."""
     out = set()
     for api_version, kind in KINDS:
         try:
@@ -158,7 +158,7 @@ def test_gpu_alerts_absent_rules_file(dyn, core, fresh_namespace, tmp_path):
 
 def test_gpu_metrics_adapter_absent(dyn, core, fresh_namespace):
     before = snapshot(dyn, fresh_namespace)
-    if any(kind == "APIService" and name.endswith("custom.metrics.k8s.io") for kind, _, name in before):
+    if any(kind == "APIService" and name.endswith("custom.metrics.k8s.io") for kind, _namespace, name in before):
         pytest.skip("a custom metrics APIService is registered in the lab already (another test's adapter)")
     extra = {"gpu_metrics_adapter_namespace": fresh_namespace, "gpu_metrics_adapter_wait": False,
              "gpu_metrics_adapter_prometheus_check": "none", "gpu_metrics_adapter_name": "absent-adapter"}

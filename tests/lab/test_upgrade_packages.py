@@ -182,7 +182,8 @@ def where_the_time_goes(out: str) -> dict[str, str]:
             continue
         times = task_seconds(batch)
         apt = sum(t for task, t in times if task.endswith("Install the driver packages with apt"))
-        reboot = sum(t for task, t in times if task.endswith("Reboot into the new driver"))
+        reboot = sum(t for task, t in times
+                     if task.endswith(("Reboot into the new driver", "Reboot the host")))
         parts[host.group(1)] = f"apt/DKMS {apt:.1f} s, reboot {reboot:.1f} s"
     return parts
 

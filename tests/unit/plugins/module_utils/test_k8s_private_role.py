@@ -13,12 +13,14 @@ def _obj(kind: str, name: str, **meta) -> dict:
 
 def test_leftovers_leave_out_defaults_removed_owned_and_terminating():
     results = [
-        {"item": {"kind": "ConfigMap"}, "resources": [{"metadata": {"name": "kube-root-ca.crt"}},
-                                                       {"metadata": {"name": "counters"}},
-                                                       {"metadata": {"name": "planted"}}]},
-        {"item": {"kind": "Pod"}, "resources": [{"metadata": {"name": "ds-x", "ownerReferences": [{"kind": "DaemonSet"}]}},
-                                                 {"metadata": {"name": "bare"}},
-                                                 {"metadata": {"name": "going", "deletionTimestamp": "now"}}]},
+        {"item": {"kind": "ConfigMap"}, "resources": [
+            {"metadata": {"name": "kube-root-ca.crt"}},
+            {"metadata": {"name": "counters"}},
+            {"metadata": {"name": "planted"}}]},
+        {"item": {"kind": "Pod"}, "resources": [
+            {"metadata": {"name": "ds-x", "ownerReferences": [{"kind": "DaemonSet"}]}},
+            {"metadata": {"name": "bare"}},
+            {"metadata": {"name": "going", "deletionTimestamp": "now"}}]},
         {"item": {"kind": "ServiceMonitor"}, "skipped": True},
     ]
     left = namespace_leftovers(results, ["ConfigMap/kube-root-ca.crt"], [_obj("ConfigMap", "counters")])
