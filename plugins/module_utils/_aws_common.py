@@ -9,7 +9,10 @@ botocore's "standard" retry mode (throttling and transient errors retried with b
 """
 from __future__ import annotations
 
+import math
+import time
 import traceback
+from datetime import datetime
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -124,3 +127,69 @@ def describe_error(what: str, e: Exception) -> str:
         return (f"{what}: {e}: the endpoint cannot be reached - check the region's name and this machine's "
                 "network (proxy, DNS), or set endpoint_url to the endpoint you mean")
     return f"{what}: {e}"
+
+
+def plain(value):
+    """value with datetimes as ISO 8601 strings and no ResponseMetadata (for a module's JSON result)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items() if k != "ResponseMetadata"}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+class EksRun:
+    """One run of an EKS module (eks_cluster, eks_nodegroup): the EKS client, the write requests it sent (or in
+    check mode would send), the updates it followed, one failure path naming the resource (``ident``), and the time
+    left of ``wait_timeout`` on a monotonic clock."""
+
+    def __init__(self, module, ident: str):
+        self.module = module
+        self.p = module.params
+        self.aws = AWS(module, services=("eks",))
+        self.eks = self.aws.client("eks")
+        self.requests: list[dict] = []
+        self.updates: list[dict] = []
+        self.deadline = time.monotonic() + self.p["wait_timeout"]
+        self.ident = ident
+
+    def fail(self, msg: str, **kw):
+        self.module.fail_json(msg=msg, requests=self.requests, updates=self.updates, **kw)
+
+    def call(self, what: str, fn, **params):
+        try:
+            return fn(**params)
+        except (ClientError, BotoCoreError) as e:
+            self.fail(describe_error(f"{self.ident}: {what}", e))
+
+    def write(self, operation: str, fn, **params):
+        """Record a write request; send it unless in check mode."""
+        self.requests.append({"operation": operation, "params": plain(params)})
+        if self.module.check_mode:
+            return None
+        return self.call(operation, fn, **params)
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def waiter_config(self) -> dict:
+        """A botocore waiter's Delay and MaxAttempts that end within the time left."""
+        delay = max(1, min(30, int(self.left()) // 10 or 1))
+        return {"Delay": delay, "MaxAttempts": max(1, math.ceil(self.left() / delay))}
+
+    def follow_update(self, update: dict, wait: bool, **describe) -> dict:
+        """With wait, poll DescribeUpdate (``describe``: its name/nodegroupName) until the update leaves InProgress;
+        fail when it is Failed or Cancelled, naming its errors."""
+        while wait and update.get("status") == "InProgress":
+            if not self.left():
+                self.fail(f"{self.ident}: update {update['id']} ({update.get('type')}) still InProgress after "
+                          f"wait_timeout={self.p['wait_timeout']}s")
+            time.sleep(min(15, self.left()))
+            update = self.call("DescribeUpdate", self.eks.describe_update, updateId=update["id"], **describe)["update"]
+        if update.get("status") in ("Failed", "Cancelled"):
+            errors = "; ".join(f"{e.get('errorCode')}: {e.get('errorMessage')}" for e in update.get("errors") or [])
+            self.fail(f"{self.ident}: update {update['id']} ({update.get('type')}) {update['status']}: "
+                      f"{errors or 'no error given'}")
+        return update

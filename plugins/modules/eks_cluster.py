@@ -162,18 +162,15 @@ updates:
   elements: dict
 """
 
-import math
-import time
-from datetime import datetime
-
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks_cluster as plan
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._aws_common import (
-    AWS,
     BotoCoreError,
     ClientError,
+    EksRun,
     aws_module,
     describe_error,
     error_code,
+    plain,
 )
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._eks import tag_update
 
@@ -183,45 +180,12 @@ except ImportError:  # aws_module() fails first, naming boto3
     WaiterError = Exception
 
 
-def plain(value):
-    """value with datetimes as ISO 8601 strings (for the module's JSON result)."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items() if k != "ResponseMetadata"}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value
-
-
-class Cluster:
+class Cluster(EksRun):
     """One module run."""
 
     def __init__(self, module):
-        self.module = module
-        self.p = module.params
-        self.aws = AWS(module, services=("eks",))
-        self.eks = self.aws.client("eks")
-        self.requests: list[dict] = []
-        self.updates: list[dict] = []
-        self.deadline = time.monotonic() + self.p["wait_timeout"]
-        self.ident = f"EKS cluster {self.p['name']}"
+        super().__init__(module, f"EKS cluster {module.params['name']}")
         self.planned_updates: list[dict] = []
-
-    def fail(self, msg: str, **kw):
-        self.module.fail_json(msg=msg, requests=self.requests, updates=self.updates, **kw)
-
-    def call(self, what: str, fn, **params):
-        try:
-            return fn(**params)
-        except (ClientError, BotoCoreError) as e:
-            self.fail(describe_error(f"{self.ident}: {what}", e))
-
-    def write(self, operation: str, fn, **params):
-        self.requests.append({"operation": operation, "params": plain(params)})
-        if self.module.check_mode:
-            return None
-        return self.call(operation, fn, **params)
 
     def validate(self) -> None:
         model = self.aws.service_model("eks")
@@ -244,15 +208,9 @@ class Cluster:
                 return None
             self.fail(describe_error(f"{self.ident}: DescribeCluster", e))
 
-    def left(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
-
     def wait_for(self, waiter_name: str) -> None:
-        delay = max(1, min(30, int(self.left()) // 10 or 1))
-        attempts = max(1, math.ceil(self.left() / delay))
         try:
-            self.eks.get_waiter(waiter_name).wait(name=self.p["name"],
-                                                  WaiterConfig={"Delay": delay, "MaxAttempts": attempts})
+            self.eks.get_waiter(waiter_name).wait(name=self.p["name"], WaiterConfig=self.waiter_config())
         except WaiterError as e:
             cluster = (e.last_response or {}).get("cluster", {})
             self.fail(f"{self.ident}: {waiter_name} did not succeed within wait_timeout={self.p['wait_timeout']}s: "
@@ -263,18 +221,7 @@ class Cluster:
         update = (response or {}).get("update") or {}
         if not update:
             return
-        while self.p["wait"] and update.get("status") == "InProgress":
-            if not self.left():
-                self.fail(f"{self.ident}: update {update['id']} ({update.get('type')}) still InProgress after "
-                          f"wait_timeout={self.p['wait_timeout']}s")
-            time.sleep(min(15, self.left()))
-            update = self.call("DescribeUpdate", self.eks.describe_update, name=self.p["name"],
-                               updateId=update["id"])["update"]
-        if update.get("status") in ("Failed", "Cancelled"):
-            errors = "; ".join(f"{e.get('errorCode')}: {e.get('errorMessage')}" for e in update.get("errors") or [])
-            self.fail(f"{self.ident}: update {update['id']} ({update.get('type')}) {update['status']}: "
-                      f"{errors or 'no error given'}")
-        self.updates.append(plain(update))
+        self.updates.append(plain(self.follow_update(update, self.p["wait"], name=self.p["name"])))
 
     # ---- state: present ----
     def create_request(self) -> dict:

@@ -317,18 +317,15 @@ gpu_count:
   sample: 1
 """
 
-import math
-import time
-from datetime import datetime
-
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks as eks
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._aws_common import (
-    AWS,
     BotoCoreError,
     ClientError,
+    EksRun,
     aws_module,
     describe_error,
     error_code,
+    plain,
 )
 
 try:
@@ -338,17 +335,6 @@ except ImportError:  # aws_module() fails first, naming boto3
 
 COMPARED = ("amiType", "capacityType", "instanceTypes", "subnets", "nodeRole", "diskSize", "releaseVersion",
             "scalingConfig", "updateConfig", "labels", "taints", "tags")
-
-
-def plain(value):
-    """value with datetimes as ISO 8601 strings (for the module's JSON result)."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items() if k != "ResponseMetadata"}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value
 
 
 def compared(ng: dict | None) -> dict:
@@ -361,37 +347,14 @@ def compared(ng: dict | None) -> dict:
     return out
 
 
-class Nodegroup:
+class Nodegroup(EksRun):
     """One module run."""
 
     def __init__(self, module):
-        self.module = module
-        self.p = module.params
-        self.aws = AWS(module, services=("eks",))
-        self.eks = self.aws.client("eks")
+        super().__init__(module, f"nodegroup {module.params['name']} of EKS cluster {module.params['cluster_name']}")
         self.type_info: dict[str, dict] = {}
         self.creating = False
-        self.requests: list[dict] = []
-        self.updates: list[dict] = []
-        self.deadline = time.monotonic() + self.p["wait_timeout"]
-        self.ident = f"nodegroup {self.p['name']} of EKS cluster {self.p['cluster_name']}"
         self.key = {"clusterName": self.p["cluster_name"], "nodegroupName": self.p["name"]}
-
-    def fail(self, msg: str, **kw):
-        self.module.fail_json(msg=msg, requests=self.requests, updates=self.updates, **kw)
-
-    def call(self, what: str, fn, **params):
-        try:
-            return fn(**params)
-        except (ClientError, BotoCoreError) as e:
-            self.fail(describe_error(f"{self.ident}: {what}", e))
-
-    def write(self, operation: str, fn, **params):
-        """Record a write request; send it unless in check mode."""
-        self.requests.append({"operation": operation, "params": plain(params)})
-        if self.module.check_mode:
-            return None
-        return self.call(operation, fn, **params)
 
     # ---- validation (no request) ----
     def validate(self) -> dict:
@@ -421,14 +384,9 @@ class Nodegroup:
                 return None
             self.fail(describe_error(f"{self.ident}: DescribeNodegroup", e))
 
-    def left(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
-
     def wait_for(self, waiter_name: str):
-        delay = max(1, min(30, int(self.left()) // 10 or 1))
-        attempts = max(1, math.ceil(self.left() / delay))
         try:
-            self.eks.get_waiter(waiter_name).wait(**self.key, WaiterConfig={"Delay": delay, "MaxAttempts": attempts})
+            self.eks.get_waiter(waiter_name).wait(**self.key, WaiterConfig=self.waiter_config())
         except WaiterError as e:
             ng = (e.last_response or {}).get("nodegroup", {})
             issues = (ng.get("health") or {}).get("issues") or []
@@ -436,28 +394,13 @@ class Nodegroup:
                       f"{e}; status {ng.get('status', 'unknown')}"
                       + (f"; health issues: {plain(issues)}" if issues else ""))
 
-    def wait_update(self, update: dict) -> dict:
-        while update.get("status") == "InProgress":
-            if not self.left():
-                self.fail(f"{self.ident}: update {update['id']} ({update.get('type')}) still InProgress after "
-                          f"wait_timeout={self.p['wait_timeout']}s")
-            time.sleep(min(15, self.left()))
-            update = self.call("DescribeUpdate", self.eks.describe_update, name=self.p["cluster_name"],
-                               nodegroupName=self.p["name"], updateId=update["id"])["update"]
-        if update.get("status") in ("Failed", "Cancelled"):
-            errors = "; ".join(f"{e.get('errorCode')}: {e.get('errorMessage')}" for e in update.get("errors") or [])
-            self.fail(f"{self.ident}: update {update['id']} ({update.get('type')}) {update['status']}: "
-                      f"{errors or 'no error given'}")
-        return update
-
     def started(self, response: dict | None):
         """Record (and with wait, follow) the update a request started."""
         if response is None:
             return
         update = response.get("update") or {}
-        if self.p["wait"]:
-            update = self.wait_update(update)
-        self.updates.append(plain(update))
+        self.updates.append(plain(self.follow_update(update, self.p["wait"], name=self.p["cluster_name"],
+                                                     nodegroupName=self.p["name"])))
 
     # ---- state: present ----
     def create(self, want: dict) -> dict | None:
