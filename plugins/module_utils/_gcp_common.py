@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import time
 import traceback
 from urllib.parse import urlsplit
 
@@ -256,3 +257,62 @@ def api_error(what: str, e: Exception) -> str:
         status = f" {status.name}" if status is not None else ""
         return f"{what}: HTTP {e.code}{status}: {e.message}"
     return f"{what}: {type(e).__name__}: {e}"
+
+
+class GkeRun:
+    """One run of a GKE module (gke_cluster, gke_node_pool): the client, the write requests it sent (or in check
+    mode would send), the operations it followed, one failure path naming the resource (``ident``).
+
+    A subclass names the request type of each client method it writes through (``REQUEST_TYPES``, names in
+    ``google.cloud.container_v1.types``) and how long the poll of an operation may back off (``MAX_POLL_DELAY``)."""
+
+    REQUEST_TYPES: dict[str, str] = {}
+    MAX_POLL_DELAY = 15.0
+
+    def __init__(self, module: AnsibleModule, ident: str):
+        self.module = module
+        self.p = module.params
+        self.creds = credentials(module)
+        self.client = gke_client(module, self.creds)
+        self.requests: list[dict] = []
+        self.operations: list[dict] = []
+        self.ident = ident
+
+    def fail(self, msg: str, **kw):
+        self.module.fail_json(msg=msg, requests=self.requests, operations=self.operations, **kw)
+
+    def call(self, what: str, fn, **kw):
+        try:
+            return fn(**kw, timeout=self.p["request_timeout"])
+        except Exception as e:  # pylint: disable=broad-except  # API, transport and auth errors, with context
+            self.fail(api_error(f"{self.ident}: {what}", e))
+
+    def wait(self, op, what: str) -> None:
+        """Follow the operation until DONE, within wait_timeout (monotonic clock); fail with its error."""
+        done = container_v1.types.Operation.Status.DONE
+        name = f"projects/{self.p['project']}/locations/{self.p['location']}/operations/{op.name}"
+        deadline = time.monotonic() + self.p["wait_timeout"]
+        delay = 1.0
+        while op.status != done:
+            if time.monotonic() >= deadline:
+                self.fail(f"{self.ident}: {what}: operation {op.name} still {op.status.name} after "
+                          f"wait_timeout={self.p['wait_timeout']}s")
+            op = self.call("get_operation", self.client.get_operation, name=name)
+            if op.status != done:
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, self.MAX_POLL_DELAY)
+        self.operations.append(to_dict(op))
+        if op.error and (op.error.code or op.error.message):
+            self.fail(f"{self.ident}: {what}: operation {op.name} ({op.operation_type.name}) failed: "
+                      f"code {op.error.code}: {op.error.message}")
+        if op.status_message and not op.error.message:
+            self.module.warn(f"{what}: operation {op.name}: {op.status_message}")
+
+    def write(self, method: str, what: str, **request) -> None:
+        """Record a write request; send it and wait for its operation unless in check mode."""
+        self.requests.append({"method": method, "request": {k: v for k, v in request.items() if k != "name"}})
+        if self.module.check_mode:
+            return
+        req_type = getattr(container_v1.types, self.REQUEST_TYPES[method])
+        op = self.call(method, getattr(self.client, method), request=req_type(request))
+        self.wait(op, what)

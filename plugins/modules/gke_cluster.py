@@ -199,15 +199,12 @@ operations:
   elements: dict
 """
 
-import time
-
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gcp_common import (
+    GkeRun,
     api_error,
-    credentials,
     enum_names,
     gcp_module,
     gexc,
-    gke_client,
     to_dict,
 )
 
@@ -231,28 +228,19 @@ def compared(cluster: dict | None) -> dict:
             "status": cluster.get("status", "")}
 
 
-class Cluster:
+class Cluster(GkeRun):
     """One module run."""
 
+    REQUEST_TYPES = {"create_cluster": "CreateClusterRequest", "update_cluster": "UpdateClusterRequest",
+                     "delete_cluster": "DeleteClusterRequest"}
+    # Cluster operations take minutes: poll at most every 30 s.
+    MAX_POLL_DELAY = 30.0
+
     def __init__(self, module):
-        self.module = module
-        self.p = module.params
-        self.creds = credentials(module)
-        self.client = gke_client(module, self.creds)
-        self.requests: list[dict] = []
-        self.operations: list[dict] = []
-        self.parent = f"projects/{self.p['project']}/locations/{self.p['location']}"
-        self.path = f"{self.parent}/clusters/{self.p['name']}"
-        self.ident = f"GKE cluster {self.p['name']} ({self.p['project']}/{self.p['location']})"
-
-    def fail(self, msg: str, **kw):
-        self.module.fail_json(msg=msg, requests=self.requests, operations=self.operations, **kw)
-
-    def call(self, what: str, fn, **kw):
-        try:
-            return fn(**kw, timeout=self.p["request_timeout"])
-        except Exception as e:  # pylint: disable=broad-except  # API, transport and auth errors, with context
-            self.fail(api_error(f"{self.ident}: {what}", e))
+        p = module.params
+        super().__init__(module, f"GKE cluster {p['name']} ({p['project']}/{p['location']})")
+        self.parent = f"projects/{p['project']}/locations/{p['location']}"
+        self.path = f"{self.parent}/clusters/{p['name']}"
 
     def validate(self) -> None:
         p = self.p
@@ -279,32 +267,6 @@ class Cluster:
             return None
         except Exception as e:  # pylint: disable=broad-except
             self.fail(api_error(f"{self.ident}: get_cluster", e))
-
-    def wait(self, op, what: str) -> None:
-        name = f"{self.parent}/operations/{op.name}"
-        deadline = time.monotonic() + self.p["wait_timeout"]
-        delay = 1.0
-        while op.status != types.Operation.Status.DONE:
-            if time.monotonic() >= deadline:
-                self.fail(f"{self.ident}: {what}: operation {op.name} still {op.status.name} after "
-                          f"wait_timeout={self.p['wait_timeout']}s")
-            op = self.call("get_operation", self.client.get_operation, name=name)
-            if op.status != types.Operation.Status.DONE:
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, 30.0)
-        self.operations.append(to_dict(op))
-        if op.error and (op.error.code or op.error.message):
-            self.fail(f"{self.ident}: {what}: operation {op.name} ({op.operation_type.name}) failed: "
-                      f"code {op.error.code}: {op.error.message}")
-
-    def write(self, method: str, what: str, **request) -> None:
-        self.requests.append({"method": method, "request": {k: v for k, v in request.items() if k != "name"}})
-        if self.module.check_mode:
-            return
-        req_type = {"create_cluster": types.CreateClusterRequest, "update_cluster": types.UpdateClusterRequest,
-                    "delete_cluster": types.DeleteClusterRequest}[method]
-        op = self.call(method, getattr(self.client, method), request=req_type(request))
-        self.wait(op, what)
 
     def create_body(self) -> dict:
         p, pool = self.p, self.p["cpu_pool"]

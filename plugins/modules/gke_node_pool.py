@@ -375,18 +375,16 @@ image_type:
   sample: COS_CONTAINERD
 """
 
-import time
 from urllib.parse import urlparse
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _gke as gke
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gcp_common import (
+    GkeRun,
     api_error,
     authorized_session,
-    credentials,
     enum_names,
     gcp_module,
     gexc,
-    gke_client,
     is_google_api_url,
     to_dict,
     token_may_go,
@@ -404,32 +402,20 @@ GIVEN = ("machine_type", "disk_size_gb", "disk_type", "image_type", "service_acc
          "preemptible", "accelerator", "labels", "taints", "node_locations", "autoscaling")
 
 
-class NodePool:
+class NodePool(GkeRun):
     """One module run."""
 
+    REQUEST_TYPES = {"create_node_pool": "CreateNodePoolRequest", "update_node_pool": "UpdateNodePoolRequest",
+                     "set_node_pool_autoscaling": "SetNodePoolAutoscalingRequest",
+                     "set_node_pool_size": "SetNodePoolSizeRequest", "delete_node_pool": "DeleteNodePoolRequest"}
+
     def __init__(self, module):
-        self.module = module
-        self.p = module.params
-        self.creds = credentials(module)
-        self.client = gke_client(module, self.creds)
-        self.requests: list[dict] = []
-        self.operations: list[dict] = []
+        p = module.params
+        super().__init__(module, f"node pool {p['name']} of GKE cluster {p['cluster']} ({p['project']}/"
+                                 f"{p['location']})")
         self.accelerator_checked = False
-        self.parent = f"projects/{self.p['project']}/locations/{self.p['location']}/clusters/{self.p['cluster']}"
-        self.path = f"{self.parent}/nodePools/{self.p['name']}"
-        self.ident = f"node pool {self.p['name']} of GKE cluster {self.p['cluster']} ({self.p['project']}/" \
-                     f"{self.p['location']})"
-
-    def fail(self, msg: str, **kw):
-        self.module.fail_json(msg=msg, requests=self.requests, operations=self.operations, **kw)
-
-    def call(self, what: str, fn, **kw):
-        try:
-            return fn(**kw, timeout=self.p["request_timeout"])
-        except gexc.GoogleAPICallError as e:
-            self.fail(api_error(f"{self.ident}: {what}", e))
-        except Exception as e:  # pylint: disable=broad-except  # transport and auth errors, reported with context
-            self.fail(api_error(f"{self.ident}: {what}", e))
+        self.parent = f"projects/{p['project']}/locations/{p['location']}/clusters/{p['cluster']}"
+        self.path = f"{self.parent}/nodePools/{p['name']}"
 
     # ---- validation (no request) ----
     def validate(self) -> dict:
@@ -496,39 +482,6 @@ class NodePool:
             zone = parts[parts.index("zones") + 1] if "zones" in parts else url
             out[zone] = int(body.get("targetSize", 0))
         return out
-
-    def wait(self, op, what: str) -> None:
-        """Follow the operation until DONE; fail with its error."""
-        name = f"projects/{self.p['project']}/locations/{self.p['location']}/operations/{op.name}"
-        deadline = time.monotonic() + self.p["wait_timeout"]
-        delay = 1.0
-        while op.status != types.Operation.Status.DONE:
-            if time.monotonic() >= deadline:
-                self.fail(f"{self.ident}: {what}: operation {op.name} still {op.status.name} after "
-                          f"wait_timeout={self.p['wait_timeout']}s")
-            op = self.call("get_operation", self.client.get_operation, name=name)
-            if op.status != types.Operation.Status.DONE:
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, 15.0)
-        result = to_dict(op)
-        self.operations.append(result)
-        if op.error and (op.error.code or op.error.message):
-            self.fail(f"{self.ident}: {what}: operation {op.name} ({op.operation_type.name}) failed: "
-                      f"code {op.error.code}: {op.error.message}")
-        if op.status_message and not op.error.message:
-            self.module.warn(f"{what}: operation {op.name}: {op.status_message}")
-
-    def write(self, method: str, what: str, **request) -> None:
-        """Record a write request; send it and wait for its operation unless in check mode."""
-        self.requests.append({"method": method, "request": {k: v for k, v in request.items() if k != "name"}})
-        if self.module.check_mode:
-            return
-        req_type = {"create_node_pool": types.CreateNodePoolRequest, "update_node_pool": types.UpdateNodePoolRequest,
-                    "set_node_pool_autoscaling": types.SetNodePoolAutoscalingRequest,
-                    "set_node_pool_size": types.SetNodePoolSizeRequest,
-                    "delete_node_pool": types.DeleteNodePoolRequest}[method]
-        op = self.call(method, getattr(self.client, method), request=req_type(request))
-        self.wait(op, what)
 
     def compute_base(self) -> str:
         """The Compute API's origin: Google's, or api_endpoint's when that is no Google API host (an emulator)."""
