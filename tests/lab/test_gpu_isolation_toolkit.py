@@ -37,25 +37,7 @@ CONFIG = "/etc/nvidia-container-runtime/config.toml"
 ENVVAR_OFF = "accept-nvidia-visible-devices-envvar-when-unprivileged = false"
 MOUNTS_ON = "accept-nvidia-visible-devices-as-volume-mounts = true"
 CACHE = Path(os.environ.get("K8SGPU_CACHE", Path.home() / ".cache/k8sgpu-lab"))
-PLAN = """\
-- name: The node_maintenance role's plan, as playbooks/host.yml runs it with k8sgpu_drain_before_restart
-  hosts: gpu_nodes
-  gather_facts: false
-  tasks:
-    - name: Ask the roles what they would change
-      ansible.builtin.include_role:
-        name: k8sgpu.nvidia.node_maintenance
-        tasks_from: plan
-      vars:
-        node_maintenance_plan_driver: false
-        node_maintenance_plan_container_toolkit: true
-    - name: Keep the plan for the test
-      ansible.builtin.copy:
-        content: "{{ node_maintenance_plan | to_json }}"
-        dest: "{{ plan_file }}"
-        mode: "0644"
-      delegate_to: localhost
-"""
+PLAN = ROOT / "tests/lab/playbooks/maintenance_plan.yml"
 ROLE = """\
 - name: The container_toolkit role
   hosts: gpu_nodes
@@ -108,7 +90,7 @@ def inv(tmp_path_factory, core: client.CoreV1Api):
             "k8s_control_plane": {"hosts": {"localhost": {
                 "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
         }}}))
-        (inv_dir / "plan.yml").write_text(PLAN)
+        (inv_dir / "plan.yml").write_text(PLAN.read_text(encoding="utf-8"))
         (inv_dir / "role.yml").write_text(ROLE)
         yield inv_dir
     finally:

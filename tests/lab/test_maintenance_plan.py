@@ -29,25 +29,7 @@ from topology import node as kwok_node  # noqa: E402  # pylint: disable=wrong-im
 HOST = f"{LAB_NAME}-plan-1"
 SOURCE = "/etc/apt/sources.list.d/k8sgpu-nvidia-container-toolkit.sources"
 KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
-PLAYBOOK = """\
-- name: The node_maintenance role's plan, as playbooks/upgrade.yml runs it
-  hosts: gpu_nodes
-  gather_facts: false
-  tasks:
-    - name: Ask the roles what they would change
-      ansible.builtin.include_role:
-        name: k8sgpu.nvidia.node_maintenance
-        tasks_from: plan
-      vars:
-        node_maintenance_plan_driver: false
-        node_maintenance_plan_container_toolkit: true
-    - name: Keep the plan for the test
-      ansible.builtin.copy:
-        content: "{{ node_maintenance_plan | to_json }}"
-        dest: "{{ plan_file }}"
-        mode: "0644"
-      delegate_to: localhost
-"""
+PLAYBOOK = ROOT / "tests/lab/playbooks/maintenance_plan.yml"
 
 
 def sh(cmd: str) -> str:
@@ -87,7 +69,7 @@ def plan_host(tmp_path_factory, core: client.CoreV1Api):
             "k8s_control_plane": {"hosts": {"localhost": {
                 "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
         }}}))
-        (inv_dir / "plan.yml").write_text(PLAYBOOK)
+        (inv_dir / "plan.yml").write_text(PLAYBOOK.read_text(encoding="utf-8"))
         yield inv_dir
     finally:
         try:
