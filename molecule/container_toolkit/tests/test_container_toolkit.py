@@ -98,8 +98,20 @@ def test_role_result(host):
         "version": VERSION,
         "runtimes": ["containerd", "docker"],
         "changed_files": ["/etc/docker/daemon.json", "/etc/containerd/conf.d/99-nvidia.toml",
-                          "/etc/containerd/config.toml"],
+                          "/etc/containerd/config.toml", "/etc/nvidia-container-runtime/config.toml"],
         "backups_moved": [],
         "cdi_spec": "skipped (no NVIDIA driver loaded)",
         "gpu_check": "skipped (no NVIDIA driver loaded)",
+        "isolation": "on (/etc/nvidia-container-runtime/config.toml changed)",
     }, result
+
+
+def test_runtime_refuses_gpus_by_variable_from_unprivileged_containers(host):
+    """GPU isolation (container_toolkit_isolate_gpus, the default): the toolkit's own config.toml, as nvidia-ctk
+    reads it back, refuses NVIDIA_VISIBLE_DEVICES from unprivileged containers and accepts the device plugin's
+    volume mounts."""
+    config = host.file("/etc/nvidia-container-runtime/config.toml")
+    assert config.exists
+    lines = config.content_string.splitlines()
+    assert "accept-nvidia-visible-devices-envvar-when-unprivileged = false" in lines
+    assert "accept-nvidia-visible-devices-as-volume-mounts = true" in lines
