@@ -40,5 +40,5 @@ options:
     type: bool
     default: true
 requirements:
-  - boto3 >= 1.37.35 and botocore >= 1.37.35
+  - boto3 >= 1.37.35 and botocore >= 1.37.35 (the first EKS model with C(AL2023_ARM_64_NVIDIA))
 """

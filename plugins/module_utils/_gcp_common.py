@@ -43,6 +43,13 @@ except ImportError:
 
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 
+# The project and location of every GKE resource's name (projects/<project>/locations/<location>/...) and the
+# connection options; documented once in plugins/doc_fragments/gcp.py.
+GKE_LOCATION_ARG_SPEC = {
+    "project": {"type": "str", "required": True},
+    "location": {"type": "str", "required": True},
+}
+
 GCP_ARG_SPEC = {
     "auth_kind": {"type": "str", "choices": ["application", "serviceaccount", "accesstoken"],
                   "fallback": (env_fallback, ["GCP_AUTH_KIND"])},
@@ -57,8 +64,9 @@ GCP_ARG_SPEC = {
 
 
 def gcp_module(argument_spec: dict, **kwargs) -> AnsibleModule:
-    """An AnsibleModule with the connection options; fails naming the library when it cannot be imported."""
-    module = AnsibleModule(argument_spec={**argument_spec, **GCP_ARG_SPEC}, **kwargs)
+    """An AnsibleModule with the project, location and connection options added to argument_spec; fails naming the
+    library when it cannot be imported."""
+    module = AnsibleModule(argument_spec={**GKE_LOCATION_ARG_SPEC, **argument_spec, **GCP_ARG_SPEC}, **kwargs)
     hide_key_contents(module)
     if not HAS_GOOGLE:
         module.fail_json(msg=missing_required_lib("google-cloud-container and google-auth "

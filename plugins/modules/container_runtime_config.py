@@ -32,9 +32,10 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
+  - k8sgpu.nvidia.backup
+  - k8sgpu.nvidia.nvidia_ctk
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: Runs nvidia-ctk on scratch copies only and reports what would change, with the diff; writes nothing.
@@ -75,23 +76,6 @@ options:
     description: Also enable CDI device injection in the runtime (containerd C(enable_cdi)).
     type: bool
     default: false
-  nvidia_ctk:
-    description: Path of C(nvidia-ctk). Default C(nvidia-ctk) found on the PATH.
-    type: path
-  backup:
-    description:
-      - Before changing an existing file, copy it to C(<backup_dir>/<path>.<date>T<time>), keeping owner, group,
-        mode and times, and return that path as RV(files[].backup_file).
-    type: bool
-    default: true
-  backup_dir:
-    description:
-      - Directory for the backups, which mirror each file's path under it. Directories created for them get mode
-        C(0700).
-      - It must be outside the directories of the files (a runtime would read the backups there); the task fails
-        otherwise.
-    type: path
-    default: /var/backups/k8sgpu.nvidia
 notes:
   - Fails, changing nothing, when nvidia-ctk is missing, when a file cannot be read, or when nvidia-ctk rejects the
     configuration (for example a main file that is not TOML); the message names the file and gives nvidia-ctk's

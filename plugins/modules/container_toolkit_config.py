@@ -26,9 +26,10 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
+  - k8sgpu.nvidia.backup
+  - k8sgpu.nvidia.nvidia_ctk
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: Runs nvidia-ctk on a scratch copy only and reports whether the file would change, with the diff.
@@ -49,19 +50,6 @@ options:
         key is a key of a table). Booleans, numbers, strings, or lists of strings (written as lists).
     type: dict
     required: true
-  nvidia_ctk:
-    description: Path of C(nvidia-ctk). Default C(nvidia-ctk) found on the PATH.
-    type: path
-  backup:
-    description:
-      - Before changing an existing file, copy it to C(<backup_dir>/<path>.<date>T<time>), keeping owner, group, mode
-        and times, and return that path as RV(backup_file).
-    type: bool
-    default: true
-  backup_dir:
-    description: Directory for the backups, which mirror each file's path under it (directories created with C(0700)).
-    type: path
-    default: /var/backups/k8sgpu.nvidia
 notes:
   - Fails, changing nothing, when nvidia-ctk is missing, when the file cannot be read, or when nvidia-ctk refuses a key
     or a value; the message names the file and gives nvidia-ctk's last lines.

@@ -26,9 +26,8 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: The module changes nothing (it only allocates GPU memory and computes), so it runs the test in check mode too.

@@ -27,16 +27,9 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
+  - k8sgpu.nvidia.attributes.read_only
   - kubernetes.core.k8s_auth_options
-attributes:
-  platform:
-    platforms: posix
-  check_mode:
-    support: full
-    details: The module only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-    details: The module changes nothing.
 options:
   versions:
     description: Versions of C(custom.metrics.k8s.io) whose APIService must be Available.

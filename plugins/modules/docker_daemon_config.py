@@ -33,9 +33,9 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
+  - k8sgpu.nvidia.backup
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: Reads the file and reports whether it would change, with the diff; writes nothing and makes no backup.
@@ -90,18 +90,6 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  backup:
-    description:
-      - Before changing an existing file, copy it to C(<backup_dir>/<path>.<date>T<time>), keeping its owner,
-        group, mode and times, and return that path as RV(backup_file).
-    type: bool
-    default: true
-  backup_dir:
-    description:
-      - Directory for the backups, which mirror the file's path under it. Directories created for them get mode
-        C(0700). It must be outside the file's directory; the task fails otherwise.
-    type: path
-    default: /var/backups/k8sgpu.nvidia
   create:
     description:
       - Create the file, with mode C(0644), when it does not exist and there is something to write; missing parent

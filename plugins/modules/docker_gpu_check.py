@@ -24,9 +24,8 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: Chooses the image (C(docker image inspect) only) and returns the command; runs no container.

@@ -28,15 +28,10 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes.read_only
 attributes:
   platform:
     platforms: linux
-  check_mode:
-    support: full
-    details: The module only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-    details: The module changes nothing.
 options:
   modules_root:
     description: Where the kernel modules are, one directory per kernel release.

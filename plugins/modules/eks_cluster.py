@@ -36,10 +36,9 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
   - k8sgpu.nvidia.aws
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: Reads the cluster (and, for O(state=absent), its nodegroups) and returns the requests it would send

@@ -49,9 +49,9 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
+  - k8sgpu.nvidia.aws
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: Reads the nodegroup, the Auto Scaling groups and the instance types, and returns the requests it would
@@ -59,8 +59,6 @@ attributes:
   diff_mode:
     support: full
     details: Before and after of the compared nodegroup fields and of each Auto Scaling group's node-template tags.
-requirements:
-  - boto3 >= 1.37.35 and botocore >= 1.37.35 (the first EKS model with C(AL2023_ARM_64_NVIDIA))
 options:
   cluster_name:
     description: The EKS cluster (C(clusterName)).
@@ -206,35 +204,6 @@ options:
     description: Seconds to wait in all, for O(wait).
     type: int
     default: 1800
-  access_key:
-    description: AWS access key ID. Unset - boto3's chain (C(AWS_ACCESS_KEY_ID), shared files, instance role).
-    type: str
-    aliases: [aws_access_key_id, aws_access_key]
-  secret_key:
-    description: AWS secret access key. Unset - boto3's chain.
-    type: str
-    aliases: [aws_secret_access_key, aws_secret_key]
-  session_token:
-    description: AWS session token for temporary credentials. Unset - boto3's chain.
-    type: str
-    aliases: [aws_session_token]
-  profile:
-    description: Profile of the shared AWS config and credentials files.
-    type: str
-    aliases: [aws_profile]
-  region:
-    description: AWS region. Unset - C(AWS_REGION), C(AWS_DEFAULT_REGION) or the profile's.
-    type: str
-    aliases: [aws_region]
-  endpoint_url:
-    description:
-      - URL for every AWS request (EKS, Auto Scaling, EC2), for a VPC endpoint or a test server such as moto.
-    type: str
-    aliases: [aws_endpoint_url]
-  validate_certs:
-    description: Verify the endpoints' TLS certificates.
-    type: bool
-    default: true
 notes:
   - IAM permissions - C(eks:DescribeNodegroup), C(eks:CreateNodegroup), C(eks:UpdateNodegroupConfig),
     C(eks:UpdateNodegroupVersion), C(eks:DescribeUpdate), C(eks:TagResource), C(eks:UntagResource),

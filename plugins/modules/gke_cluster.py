@@ -38,27 +38,16 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
+  - k8sgpu.nvidia.gcp
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: Reads the cluster and returns the requests it would send (RV(requests)); sends no write.
   diff_mode:
     support: full
     details: Before and after of the compared fields.
-requirements:
-  - google-cloud-container >= 2.67.0
-  - google-auth
 options:
-  project:
-    description: The Google Cloud project ID.
-    type: str
-    required: true
-  location:
-    description: A region (regional cluster, for example C(us-central1)) or a zone (zonal cluster, C(us-central1-a)).
-    type: str
-    required: true
   name:
     description: The cluster's name.
     type: str
@@ -124,40 +113,6 @@ options:
     description: Seconds to wait for each long-running operation (a cluster takes 5 to 15 minutes).
     type: int
     default: 2400
-  auth_kind:
-    description:
-      - V(application) - application default credentials; V(serviceaccount) - O(service_account_file) or
-        O(service_account_contents); V(accesstoken) - O(access_token). Unset - inferred. Env C(GCP_AUTH_KIND).
-    type: str
-    choices: [application, serviceaccount, accesstoken]
-  service_account_file:
-    description: Path of a service-account JSON key. Env C(GCP_SERVICE_ACCOUNT_FILE).
-    type: path
-  service_account_contents:
-    description: A service-account JSON key's contents, as a mapping or as JSON text. Never printed, also at C(-vvv).
-    type: jsonarg
-  access_token:
-    description: An OAuth2 access token (C(gcloud auth print-access-token)). Env C(GCP_ACCESS_TOKEN).
-    type: str
-  scopes:
-    description: OAuth scopes asked for with application default credentials and service-account keys.
-    type: list
-    elements: str
-    default: [https://www.googleapis.com/auth/cloud-platform]
-  api_endpoint:
-    description:
-      - Base URL of the GKE API. Unset - C(https://container.googleapis.com). Env C(GKE_API_ENDPOINT).
-      - The credentials go only over https to a Google API host or to this endpoint; plain C(http://) only to a
-        loopback host or with O(allow_http_api_endpoint=true), as M(k8sgpu.nvidia.gke_node_pool).
-    type: str
-  allow_http_api_endpoint:
-    description: Accept a plain C(http://) O(api_endpoint) on a host other than loopback (B(unsafe), the token crosses unencrypted).
-    type: bool
-    default: false
-  request_timeout:
-    description: Seconds for each HTTP request.
-    type: float
-    default: 60.0
 """
 
 EXAMPLES = r"""
@@ -352,8 +307,6 @@ class Cluster(GkeRun):
 def main():
     module = gcp_module(
         argument_spec={
-            "project": {"type": "str", "required": True},
-            "location": {"type": "str", "required": True},
             "name": {"type": "str", "required": True},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "cluster_version": {"type": "str"},

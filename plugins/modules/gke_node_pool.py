@@ -54,9 +54,9 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
+  - k8sgpu.nvidia.gcp
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: Reads the pool and its instance groups and returns the requests it would send (RV(requests)); sends no
@@ -64,18 +64,7 @@ attributes:
   diff_mode:
     support: full
     details: Before and after of the compared fields (GKE's GPU taint left out).
-requirements:
-  - google-cloud-container >= 2.67.0
-  - google-auth
 options:
-  project:
-    description: The Google Cloud project ID (the C(projects/<project>) part of the pool's name).
-    type: str
-    required: true
-  location:
-    description: The cluster's region or zone (C(locations/<location>)), for example C(us-central1).
-    type: str
-    required: true
   cluster:
     description: The cluster's name (C(clusters/<cluster>)).
     type: str
@@ -228,53 +217,6 @@ options:
     description: Seconds to wait for each long-running operation.
     type: int
     default: 1800
-  auth_kind:
-    description:
-      - V(application) - application default credentials; V(serviceaccount) - O(service_account_file) or
-        O(service_account_contents); V(accesstoken) - O(access_token). Unset - V(accesstoken) with an
-        O(access_token), V(serviceaccount) with a key, else V(application). Env C(GCP_AUTH_KIND).
-    type: str
-    choices: [application, serviceaccount, accesstoken]
-  service_account_file:
-    description: Path of a service-account JSON key. Env C(GCP_SERVICE_ACCOUNT_FILE).
-    type: path
-  service_account_contents:
-    description:
-      - A service-account JSON key's contents, as a mapping or as JSON text.
-      - Never printed, also at C(-vvv) (the task's C(invocation)), where it shows as C(VALUE_SPECIFIED_IN_NO_LOG_PARAMETER);
-        its secret fields (C(private_key), C(private_key_id), C(client_secret), C(refresh_token)) are hidden wherever
-        else they would appear in the output.
-    type: jsonarg
-  access_token:
-    description: An OAuth2 access token, for example from C(gcloud auth print-access-token). Env C(GCP_ACCESS_TOKEN).
-    type: str
-  scopes:
-    description: OAuth scopes asked for with application default credentials and service-account keys.
-    type: list
-    elements: str
-    default: [https://www.googleapis.com/auth/cloud-platform]
-  api_endpoint:
-    description:
-      - Base URL of the GKE API (C(client_options.api_endpoint)), for example a regional or private endpoint, or a
-        local emulator. A host without a scheme is taken as https. Unset - C(https://container.googleapis.com). Env
-        C(GKE_API_ENDPOINT).
-      - The credentials go only over https to a Google API host (C(googleapis.com) and its subdomains) or to this
-        endpoint's origin; the Compute API's instance group URLs of the pool (read for the node count) are sent the
-        token only when they are one of those, the task fails otherwise.
-      - A URL with user information (C(user:password@)) is refused. A plain C(http://) URL is refused unless its host
-        is a loopback address (C(localhost), C(127.0.0.0/8), C(::1)) or O(allow_http_api_endpoint=true).
-    type: str
-  allow_http_api_endpoint:
-    description:
-      - Accept a plain C(http://) O(api_endpoint) on a host other than loopback. B(Unsafe) - the access token (or the
-        token obtained with the service-account key) crosses the network unencrypted, readable by anyone on the path;
-        for a test server on a network you trust only.
-    type: bool
-    default: false
-  request_timeout:
-    description: Seconds for each HTTP request.
-    type: float
-    default: 60.0
 """
 
 EXAMPLES = r"""
@@ -663,8 +605,6 @@ class NodePool(GkeRun):
 def main():
     module = gcp_module(
         argument_spec={
-            "project": {"type": "str", "required": True},
-            "location": {"type": "str", "required": True},
             "cluster": {"type": "str", "required": True},
             "name": {"type": "str", "required": True},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},

@@ -26,16 +26,10 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
+  - k8sgpu.nvidia.attributes.read_only
   - ansible.builtin.action_common_attributes.facts
 attributes:
-  platform:
-    platforms: posix
-  check_mode:
-    support: full
-    details: The module only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-    details: The module changes nothing.
   facts:
     support: full
     details: Sets the C(nvidia_*) facts listed under RV(ansible_facts).

@@ -22,10 +22,9 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - k8sgpu.nvidia.attributes
   - kubernetes.core.k8s_auth_options
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: Patches are sent with C(dryRun=All), so the API server validates them without storing anything.
