@@ -1,0 +1,188 @@
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The container_toolkit role's decisions for one host, in one place.
+
+``container_toolkit_plan`` takes the host's facts, the role's variables and what the tasks have read so far (the
+installed runtime units, the installed packages, the configuration changes) and says which runtimes to configure,
+what to install and hold, the NVIDIA runtime's config.toml settings, the CDI spec, which runtimes to restart and
+whether the Docker GPU container check runs, each with the reason. The role's tasks only carry it out.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ansible.errors import AnsibleFilterError
+
+# containerd before CRI-O and Docker (dockerd uses containerd).
+RUNTIMES = ("containerd", "crio", "docker")
+UNITS = {"docker": "docker.service", "containerd": "containerd.service", "crio": "crio.service"}
+ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el"}
+ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+VOLUME_MOUNTS_KEY = "accept-nvidia-visible-devices-as-volume-mounts"
+LEGACY_PACKAGE = "nvidia-docker2"
+
+SETTINGS = ("container_toolkit_packages", "container_toolkit_version", "container_toolkit_nvidia_docker2",
+            "container_toolkit_hold", "container_toolkit_runtimes", "container_toolkit_restart",
+            "container_toolkit_isolate_gpus", "container_toolkit_config_settings", "container_toolkit_cdi_spec",
+            "container_toolkit_gpu_check")
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
+    return bool(value)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def installed_runtimes(units: Any) -> list[str]:
+    """The runtimes whose systemd unit is installed, from ``systemctl list-unit-files --no-legend`` lines."""
+    found = []
+    for line in units or []:
+        words = str(line).split()
+        name = words[0].removesuffix(".service") if words else ""
+        if name in RUNTIMES and name not in found:
+            found.append(name)
+    return found
+
+
+def _config_settings(settings: Mapping) -> dict:
+    """config.toml keys (nvidia-ctk config --set) for GPU isolation; the site's own settings win.
+
+    Volume-mount requests stay accepted without isolation, so the device plugin's volume-mounts strategy still works.
+    """
+    wanted = {ENVVAR_KEY: not _bool(settings["container_toolkit_isolate_gpus"]), VOLUME_MOUNTS_KEY: True}
+    wanted.update(settings.get("container_toolkit_config_settings") or {})
+    return wanted
+
+
+def _gpu_check(settings: Mapping, runtimes: list[str], installed: list[str], not_restarted: list[str],
+               driver_loaded: bool, check_mode: bool) -> dict:
+    """Whether the Docker GPU container check runs; probe_dockerd: first ask a daemon without a unit."""
+    if check_mode:
+        reason = "check mode"
+    elif not driver_loaded:
+        reason = "no NVIDIA driver loaded"
+    elif not _bool(settings["container_toolkit_gpu_check"]):
+        reason = "disabled"
+    elif "docker" not in runtimes:
+        reason = "Docker not configured"
+    elif "docker" in not_restarted:
+        reason = "Docker not restarted: restart it to load the nvidia runtime"
+    elif "docker" in installed:
+        return {"run": True, "probe_dockerd": False, "skip_reason": ""}
+    else:
+        # No docker.service: a dockerd may still answer (another init); the check runs when it does.
+        return {"run": False, "probe_dockerd": True,
+                "skip_reason": "no docker.service and no Docker daemon answering"}
+    return {"run": False, "probe_dockerd": False, "skip_reason": reason}
+
+
+def container_toolkit_plan(facts: Any, settings: Any, units: Any = None, packages: Any = None, changes: Any = None,
+                           driver_loaded: Any = None, check_mode: Any = False) -> dict:
+    """What the container_toolkit role does on one host.
+
+    ``facts``: the host's ansible_facts (architecture; nvidia_driver_version from gpu_facts). ``settings``: the
+    role's variables by name (``SETTINGS``). ``units``: the lines of ``systemctl list-unit-files`` for the runtimes'
+    units. ``packages``: the dpkg_packages result (packages, ready, held) once read, else None. ``changes``: the
+    configuration files changed in this run, per runtime (what a restart must restore), once known.
+    ``driver_loaded``: overrides the facts (tests). ``check_mode``: the role runs in check mode.
+    """
+    if not isinstance(facts, Mapping):
+        raise AnsibleFilterError(f"container_toolkit_plan expects a host's ansible_facts (a dict), got {type(facts).__name__}")
+    if not isinstance(settings, Mapping):
+        raise AnsibleFilterError("container_toolkit_plan expects the container_toolkit role's variables (a dict), "
+                                 f"got {type(settings).__name__}")
+    missing = [name for name in SETTINGS if name not in settings]
+    if missing:
+        raise AnsibleFilterError(f"container_toolkit_plan: the settings lack {', '.join(missing)}")
+    if packages is not None and not isinstance(packages, Mapping):
+        raise AnsibleFilterError(f"container_toolkit_plan expects the dpkg_packages result (a dict) or none, got {packages!r}")
+    if changes is not None and not isinstance(changes, Mapping):
+        raise AnsibleFilterError(f"container_toolkit_plan expects the changes per runtime (a dict) or none, got {changes!r}")
+    asked = list(settings.get("container_toolkit_runtimes") or [])
+    unknown = [r for r in asked if r not in RUNTIMES]
+    if unknown:
+        raise AnsibleFilterError(f"container_toolkit_runtimes: {', '.join(map(str, unknown))} is not one of "
+                                 f"{', '.join(RUNTIMES)}")
+    installed = installed_runtimes(units)
+    runtimes = [r for r in RUNTIMES if r in (asked or installed)]
+    if driver_loaded is None:
+        driver_loaded = bool(_text(facts.get("nvidia_driver_version") or ""))
+    driver_loaded = _bool(driver_loaded)
+    check_mode = _bool(check_mode)
+
+    toolkit = [str(p) for p in settings["container_toolkit_packages"] or []]
+    wanted = toolkit + ([LEGACY_PACKAGE] if _bool(settings["container_toolkit_nvidia_docker2"]) else [])
+    version = _text(settings["container_toolkit_version"])
+    # "1.20.1" means 1.20.1-* (their Depends pin libnvidia-container to the same); the legacy package unpinned.
+    suffix = "" if not version else f"={version}" + ("" if "-" in version else "-*")
+    hold = toolkit if _bool(settings["container_toolkit_hold"]) else []
+
+    ready = set((packages or {}).get("ready") or [])
+    held = set((packages or {}).get("held") or [])
+    missing_packages = [p for p in wanted if p not in ready]
+    install_needed = packages is not None and bool(missing_packages)
+    unheld = [p for p in hold if p not in held]
+    if packages is None:
+        install_reason = "not read yet"
+    elif install_needed:
+        install_reason = f"{', '.join(missing_packages)} missing" + (f" or not of version {version}" if version else "")
+    else:
+        install_reason = "every package installed" + (f" at {version}" if version else "")
+
+    changes = dict(changes or {})
+    restart = _bool(settings["container_toolkit_restart"])
+    # A runtime whose unit is not installed only has its configuration written.
+    to_restart = [r for r in RUNTIMES if r in changes and r in installed] if restart else []
+    # Changed but not restarted (no systemd unit, or container_toolkit_restart=false): still on the old configuration.
+    not_restarted = [r for r in changes if r not in to_restart]
+
+    isolate = _bool(settings["container_toolkit_isolate_gpus"])
+    cdi_spec = settings["container_toolkit_cdi_spec"]
+    arch = _text(facts.get("architecture"))
+    return {
+        "runtimes_installed": installed,
+        "runtimes": runtimes,
+        "runtimes_reason": (f"container_toolkit_runtimes={','.join(asked)}" if asked else
+                            f"the runtimes whose systemd unit is installed: {', '.join(installed) or 'none'}"),
+        # Configured by nvidia-ctk (a drop-in file): only once nvidia-ctk is installed.
+        "ctk_runtimes": [r for r in runtimes if r in ("containerd", "crio")],
+        "driver_loaded": driver_loaded,
+        "arch": ARCH.get(arch, arch),
+        "packages": wanted,
+        "read": {"names": wanted, "versions": {p: version for p in toolkit} if version else {}},
+        "install": {
+            "needed": install_needed,
+            "names": [p + suffix for p in toolkit] + [p for p in wanted if p not in toolkit],
+            # Only when a version is asked for: moving a held package to it.
+            "allow_change_held": bool(version),
+            "reason": install_reason,
+        },
+        "hold": {
+            "packages": hold,
+            # Read (and hold) again after apt, or when a package is not held yet.
+            "needed": bool(unheld),
+            "reason": (f"{', '.join(unheld)} not held" if unheld else
+                       "every toolkit package held" if hold else "container_toolkit_hold is false"),
+        },
+        "config": {
+            "settings": _config_settings(settings),
+            "isolation": "on" if isolate else "OFF (any container may ask for GPUs by environment variable)",
+        },
+        "cdi": {
+            # nvidia-ctk reads the GPUs and the driver's files through NVML: only where a driver is loaded.
+            "wanted": cdi_spec == "always" or (cdi_spec == "auto" and driver_loaded),
+            "skip_reason": "skipped (no NVIDIA driver loaded)" if cdi_spec == "auto" else "skipped",
+        },
+        "restart": to_restart,
+        "not_restarted": not_restarted,
+        "gpu_check": _gpu_check(settings, runtimes, installed, not_restarted, driver_loaded, check_mode),
+    }
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"container_toolkit_plan": container_toolkit_plan}

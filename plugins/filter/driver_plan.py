@@ -1,0 +1,248 @@
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The driver role's decisions for one host, in one place.
+
+``driver_plan`` takes the host's facts (after gpu_facts), the role's variables and what the tasks have read so far
+(the headers probe, the installed packages) and says what to install, hold, configure and whether a reboot may be
+done, each with the reason. ``driver_outcome`` says, after the install, what the role reports (loaded, reboot
+required, not loaded and why). The role's tasks only carry these out.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_kernel_modules import driver_kernel_modules
+
+# Debian packages its own driver branch as nvidia-driver (Debian 12: 535, 13: 550) and other branches for
+# data-centre GPUs as nvidia-tesla-<branch>-* (Debian 12: 470, 535; Debian 13: 535, whose 550 does not build for
+# its 6.12 kernel), with the proprietary kernel module only.
+DEBIAN_SUITE_BRANCH = {"12": "535", "13": "550"}
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+# Packages built from the driver's source carry its version.
+_VERSIONED = re.compile(r"^nvidia-(tesla-[0-9]+-)?(driver|kernel-dkms|open-kernel-dkms|smi|utils)")
+_CONTAINER_CONNECTIONS = ("community.docker.docker", "docker")
+_LOCAL_HOSTS = ("localhost", "127.0.0.1")
+
+SETTINGS = ("driver_branch", "driver_version", "driver_kernel_modules", "driver_ubuntu_server", "driver_hold",
+            "driver_no_gpu", "driver_blacklist_nouveau", "driver_persistenced", "driver_reboot",
+            "driver_reboot_boot_time_command")
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
+    return bool(value)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def debian_prefix(facts: Mapping, branch: str) -> str:
+    """``nvidia-`` for the suite's own branch (or none asked), ``nvidia-tesla-<branch>-`` for another one."""
+    suite = DEBIAN_SUITE_BRANCH.get(_text(facts.get("distribution_major_version")), branch)
+    return f"nvidia-tesla-{branch}-" if branch and branch != suite else "nvidia-"
+
+
+def _packages(distribution: str, prefix: str, branch: str, flavour: str | None, server: bool) -> list[str]:
+    """The driver packages of one flavour (the first is the driver itself)."""
+    if distribution == "Debian":
+        kernel = "open-kernel-dkms" if flavour == "open" else "kernel-dkms"
+        # DKMS only recommends a compiler; Debian 13's headers bring gcc-14 but no "gcc", which NVIDIA's
+        # kernel-module build calls.
+        return [f"{prefix}driver", f"{prefix}{kernel}", f"{prefix}smi", "nvidia-persistenced", "gcc"]
+    server_suffix = "-server" if server else ""
+    open_suffix = "-open" if flavour == "open" else ""
+    return [f"nvidia-driver-{branch}{server_suffix}{open_suffix}", f"nvidia-utils-{branch}{server_suffix}"]
+
+
+def _candidates(distribution: str, prefix: str, branch: str) -> list[str]:
+    """The driver packages of both flavours: read before the flavour is chosen."""
+    if distribution == "Debian":
+        return [f"{prefix}{p}" for p in ("driver", "kernel-dkms", "open-kernel-dkms", "smi")] + [
+            "nvidia-persistenced", "gcc"]
+    return [f"nvidia-driver-{branch}{s}" for s in ("", "-open", "-server", "-server-open")] + [
+        f"nvidia-utils-{branch}", f"nvidia-utils-{branch}-server"]
+
+
+def _headers(facts: Mapping, available: Any) -> tuple[str, str]:
+    """(package, detail): the running kernel's headers when the sources have them, else the generic ones."""
+    kernel = _text(facts.get("kernel"))
+    if available is None or _bool(available):
+        return f"linux-headers-{kernel}", ""
+    arch = _text(facts.get("architecture"))
+    return (f"linux-headers-{DEBIAN_ARCH.get(arch, arch)}",
+            f"no linux-headers-{kernel} in the package sources, so DKMS builds for the distribution kernel")
+
+
+def _reboot(settings: Mapping) -> dict:
+    """Whether the role may reboot the host itself (when the new module needs it), and why (not)."""
+    connection = _text(settings.get("ansible_connection")) or "ssh"
+    host = _text(settings.get("inventory_hostname"))
+    if settings.get("driver_reboot") != "reboot":
+        return {"allowed": False, "reason": "driver_reboot=report: a needed reboot is only reported"}
+    if connection == "local" or host in _LOCAL_HOSTS:
+        return {"allowed": False, "reason": "the control host (a local connection) is never rebooted"}
+    if connection in _CONTAINER_CONNECTIONS and not _text(settings.get("driver_reboot_boot_time_command")):
+        return {"allowed": False, "reason": ("a container shares the host's boot_id: rebooted only with "
+                                             "driver_reboot_boot_time_command")}
+    return {"allowed": True, "reason": "driver_reboot=reboot"}
+
+
+def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_available: Any = None,
+                host: str = "") -> dict:
+    """What the driver role does on one host.
+
+    ``facts``: the host's ansible_facts after gpu_facts (distribution, distribution_major_version, kernel,
+    architecture, nvidia_*). ``settings``: the role's variables by name (``SETTINGS``, plus ``ansible_connection``
+    and ``inventory_hostname`` for the reboot). ``packages``: the dpkg_packages result (packages, ready, held) once
+    read, else None: before that only the loaded module and the GPUs decide. ``headers_available``: whether the
+    package sources have the running kernel's headers (None: not asked yet).
+    """
+    if not isinstance(facts, Mapping):
+        raise AnsibleFilterError(f"driver_plan expects a host's ansible_facts (a dict), got {type(facts).__name__}")
+    if not isinstance(settings, Mapping):
+        raise AnsibleFilterError(f"driver_plan expects the driver role's variables (a dict), got {type(settings).__name__}")
+    missing = [name for name in SETTINGS if name not in settings]
+    if missing:
+        raise AnsibleFilterError(f"driver_plan: the settings lack {', '.join(missing)}")
+    if packages is not None and not isinstance(packages, Mapping):
+        raise AnsibleFilterError(f"driver_plan expects the dpkg_packages result (a dict) or none, got {packages!r}")
+    host = host or _text(settings.get("inventory_hostname"))
+    distribution = _text(facts.get("distribution"))
+    branch = _text(settings["driver_branch"])
+    version = _text(settings["driver_version"])
+    no_gpu = settings["driver_no_gpu"]
+    prefix = debian_prefix(facts, branch) if distribution == "Debian" else "nvidia-"
+    open_packaged = distribution != "Debian" or prefix == "nvidia-"
+
+    kernel = driver_kernel_modules(dict(facts), settings["driver_kernel_modules"],
+                                   None if packages is None else packages.get("packages") or {},
+                                   branch, host, open_packaged)
+    has_gpu = any(d.get("gpu") for d in facts.get("nvidia_pci_devices") or [])
+    loaded = _text(facts.get("nvidia_driver_version") or "")
+    satisfied = bool(loaded) and (not branch or loaded.split(".")[0] == branch) and (
+        not version or loaded.startswith(version)) and not kernel["switch"]
+    skipped_no_gpu = not has_gpu and no_gpu == "skip"
+    if satisfied:
+        status = "already_loaded"
+        detail = f"driver {loaded} loaded ({facts.get('nvidia_kernel_module_flavour') or '?'} kernel module)"
+    elif skipped_no_gpu:
+        status, detail = "skipped_no_gpu", "no NVIDIA GPU in sysfs"
+    else:
+        status, detail = "pending", ("" if has_gpu else "no NVIDIA GPU in sysfs")
+    flavour = kernel["flavour"] if not skipped_no_gpu else None
+
+    candidates = _candidates(distribution, prefix, branch)
+    versioned = [name for name in candidates if _VERSIONED.match(name)]
+    version_wanted = version or branch
+    versions = {name: version_wanted for name in versioned} if version_wanted else {}
+    header_package, header_detail = _headers(facts, headers_available)
+    driver_packages = _packages(distribution, prefix, branch, flavour, _bool(settings["driver_ubuntu_server"]))
+    wanted = driver_packages + [header_package]
+    pin = f"={version_wanted}*" if version_wanted else ""
+    hold = [name for name in driver_packages if name.startswith("nvidia")] if _bool(settings["driver_hold"]) else []
+
+    ready = set((packages or {}).get("ready") or [])
+    held = set((packages or {}).get("held") or [])
+    missing_packages = [name for name in wanted if name not in ready]
+    install_needed = packages is not None and bool(missing_packages)
+    allow_change_held = bool(kernel["switch"]) or bool(version_wanted)
+    if packages is None:
+        install_reason = "not read yet"
+    elif install_needed:
+        install_reason = (f"{', '.join(missing_packages)} missing or not of version {version_wanted}"
+                          if version_wanted else f"{', '.join(missing_packages)} missing")
+    else:
+        install_reason = "every package installed" + (f" at {version_wanted}" if version_wanted else "")
+    unheld = [name for name in hold if name not in held]
+
+    result_detail = header_detail if header_detail and packages is not None else detail
+    return {
+        "status": status,
+        "skip": satisfied or skipped_no_gpu,
+        "has_gpu": has_gpu,
+        "error": kernel["error"],
+        "kernel_modules": kernel,
+        "open_packaged": open_packaged,
+        # The packages to read: both flavours and the headers, with the version they must have.
+        "read": {"names": candidates + [header_package], "versions": versions},
+        "packages": wanted,
+        "driver_package": driver_packages[0],
+        "version_wanted": version_wanted,
+        "install": {
+            "needed": install_needed,
+            "names": [name + pin if name in versioned else name for name in wanted if name in versioned]
+            + [name for name in wanted if name not in versioned],
+            "allow_change_held": allow_change_held,
+            "reason": install_reason,
+            "allow_change_held_reason": (
+                "the kernel-module flavour switches" if kernel["switch"] else
+                f"version {version_wanted} asked for" if version_wanted else "nothing held is replaced"),
+        },
+        "hold": {
+            "packages": hold,
+            # Read (and hold) again after apt, or when a package is not held yet.
+            "needed": bool(unheld),
+            "reason": (f"{', '.join(unheld)} not held" if unheld else
+                       "every driver package held" if hold else "driver_hold is false"),
+        },
+        "headers": {"name": header_package, "detail": header_detail},
+        "configure": {
+            "blacklist_nouveau": _bool(settings["driver_blacklist_nouveau"]),
+            "persistenced": _bool(settings["driver_persistenced"]),
+            # It can only run with the driver loaded.
+            "persistenced_start": bool(facts.get("nvidia_driver_loaded")),
+        },
+        "reboot": _reboot(settings),
+        # driver_result as far as the plan knows it.
+        "result": {
+            "status": status,
+            "detail": result_detail,
+            "reboot_required": False,
+            "kernel_modules": flavour,
+            "kernel_modules_reason": kernel["reason"] if not skipped_no_gpu else "",
+            "packages": wanted if packages is not None else [],
+        },
+    }
+
+
+def driver_outcome(plan: Any, facts: Any, installed_version: Any = "", boot: Any = None,
+                   check_mode: Any = False) -> dict:
+    """driver_result after the install: loaded, reboot required or not loaded (and why).
+
+    ``plan`` is driver_plan's result after the packages were read; ``facts`` the host's facts; ``installed_version``
+    the driver package's version now; ``boot`` driver_reboot_check's result (module_time, installed_since_boot,
+    detail); ``check_mode`` true when nothing was installed for real: packages still to install then give
+    ``would_install``.
+    """
+    if not isinstance(plan, Mapping) or "result" not in plan:
+        raise AnsibleFilterError("driver_outcome expects driver_plan's result")
+    result = dict(plan["result"])
+    if _bool(check_mode) and plan["install"]["needed"]:
+        result["status"] = "would_install"
+        return result
+    version = _text(installed_version)
+    boot = boot or {}
+    loaded_now = bool(facts.get("nvidia_driver_loaded")) and version.startswith(
+        _text(facts.get("nvidia_driver_version")) or "-") and (
+        facts.get("nvidia_kernel_module_flavour") == plan["kernel_modules"]["flavour"])
+    # No module file found where modules live: as before, a reboot.
+    reboot = not loaded_now and (boot.get("module_time") is None or bool(boot.get("installed_since_boot")))
+    result.update(
+        status="installed_loaded" if loaded_now else "installed_reboot_required" if reboot else "installed_not_loaded",
+        version=version,
+        reboot_required=reboot,
+        # Why a reboot would not load it.
+        detail=result["detail"] if loaded_now or reboot else "; ".join(
+            d for d in (result["detail"], _text(boot.get("detail"))) if d),
+    )
+    return result
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"driver_plan": driver_plan, "driver_outcome": driver_outcome}
