@@ -21,6 +21,8 @@ description:
     C(UpdatePodIdentityAssociation), the tags through C(TagResource)/C(UntagResource). EKS applies an association
     at once; there is nothing to wait for. An association that an EKS add-on owns (C(ownerArn)) is refused, naming
     the add-on.
+  - A cluster that does not exist has no association - nothing to do with O(state=absent), a create planned in check
+    mode (the cluster itself may be planned in the same run); otherwise the module fails naming the fix.
   - Why this module - amazon.aws and community.aws have no module for Pod Identity associations (amazon.aws 10,
     community.aws 10), and moto, the AWS stand-in of the collection's tests, has no Pod Identity API; the module is
     tested against botocore's Stubber with the EKS service model, which checks every request's shape.
@@ -174,10 +176,24 @@ class Association:
         try:
             return fn(**params)
         except (ClientError, BotoCoreError) as e:
-            if error_code(e) == "ResourceNotFoundException" and what == "ListPodIdentityAssociations":
-                self.fail(f"{self.ident}: the cluster does not exist ({describe_error(what, e)}); create it first "
-                          "(k8sgpu.nvidia.eks_cluster)")
             self.fail(describe_error(f"{self.ident}: {what}", e))
+
+    def list_page(self, token: str | None) -> dict:
+        """One page of ListPodIdentityAssociations. A cluster that does not exist has no association: nothing to
+        delete with state absent, one to create in check mode (the cluster is still to be created in the same run);
+        otherwise a failure naming the fix."""
+        try:
+            return self.eks.list_pod_identity_associations(
+                clusterName=self.p["cluster_name"], namespace=self.p["namespace"],
+                serviceAccount=self.p["service_account"], **({"nextToken": token} if token else {}))
+        except (ClientError, BotoCoreError) as e:
+            if error_code(e) == "ResourceNotFoundException":
+                if self.p["state"] == "absent" or self.module.check_mode:
+                    return {"associations": []}
+                self.fail(f"{self.ident}: the cluster does not exist "
+                          f"({describe_error('ListPodIdentityAssociations', e)}); create it first "
+                          "(k8sgpu.nvidia.eks_cluster)")
+            self.fail(describe_error(f"{self.ident}: ListPodIdentityAssociations", e))
 
     def write(self, operation: str, fn, **params):
         """Record a write request; send it unless in check mode."""
@@ -190,9 +206,7 @@ class Association:
         """The live association of the ServiceAccount (DescribePodIdentityAssociation), or None."""
         found, token = [], None
         while True:
-            page = self.call("ListPodIdentityAssociations", self.eks.list_pod_identity_associations,
-                             clusterName=self.p["cluster_name"], namespace=self.p["namespace"],
-                             serviceAccount=self.p["service_account"], **({"nextToken": token} if token else {}))
+            page = self.list_page(token)
             # The filters are exact in EKS; compared again in case an endpoint ignores them.
             found += [a for a in page.get("associations") or []
                       if a.get("namespace") == self.p["namespace"] and a.get("serviceAccount") == self.p["service_account"]]

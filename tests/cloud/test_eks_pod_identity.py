@@ -212,6 +212,18 @@ def test_missing_cluster_names_the_fix(monkeypatch, eks):
     assert res["failed"] and "the cluster does not exist" in res["msg"] and "k8sgpu.nvidia.eks_cluster" in res["msg"]
 
 
+def test_missing_cluster_is_nothing_to_delete(monkeypatch, eks):
+    eks.error("list_pod_identity_associations", "ResourceNotFoundException", LIST)
+    res = run(monkeypatch, {"state": "absent"})
+    assert not res["failed"] and not res["changed"], res
+
+
+def test_missing_cluster_is_a_planned_create_in_check_mode(monkeypatch, eks):
+    eks.error("list_pod_identity_associations", "ResourceNotFoundException", LIST)
+    res = run(monkeypatch, {"role_arn": ROLE}, check=True)
+    assert not res["failed"] and res["changed"] and res["requests"][0]["operation"] == "CreatePodIdentityAssociation"
+
+
 def test_present_without_role_fails_before_any_request(monkeypatch, eks):
     res = run(monkeypatch, {})
     assert res["failed"] and "role_arn" in res["msg"]
