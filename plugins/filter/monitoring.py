@@ -24,25 +24,6 @@ def dcgm_profiling_fields(csv_text: Any) -> list[str]:
     return _monitoring.profiling_fields(csv_text)
 
 
-def daemonset_node_problems(nodes: Any, daemonset: Any, pods: Any, names: Any = None, what: str = "pod") -> dict:
-    if not isinstance(nodes, list) or not isinstance(pods, list) or not isinstance(daemonset, (dict, type(None))):
-        raise AnsibleFilterError("daemonset_node_problems expects Nodes (list), the DaemonSet (dict or none) and its "
-                                 "pods (list), as kubernetes.core.k8s_info returns them")
-    return _monitoring.daemonset_node_problems(nodes, daemonset, pods, list(names or []), str(what))
-
-
-def gpu_nodes_outside(nodes: Any, daemonset: Any, names: Any = None, resource: str = "nvidia.com/gpu") -> list[str]:
-    if not isinstance(nodes, list) or not isinstance(daemonset, (dict, type(None))):
-        raise AnsibleFilterError("gpu_nodes_outside expects Nodes (list) and the DaemonSet (dict or none)")
-    return _monitoring.gpu_nodes_outside(nodes, daemonset, list(names or []), str(resource))
-
-
-def daemonset_rolled_out(daemonset: Any) -> bool:
-    if not isinstance(daemonset, (dict, type(None))):
-        raise AnsibleFilterError("daemonset_rolled_out expects a DaemonSet object (or none)")
-    return _monitoring.daemonset_rolled_out(daemonset)
-
-
 def grafana_dashboard(text: Any, source: str = "dashboard") -> str:
     if not isinstance(text, str):
         raise AnsibleFilterError(f"grafana_dashboard expects the dashboard's JSON text ({source})")
@@ -80,9 +61,6 @@ class FilterModule:
         return {
             "dcgm_counters_csv": dcgm_counters_csv,
             "dcgm_profiling_fields": dcgm_profiling_fields,
-            "daemonset_node_problems": daemonset_node_problems,
-            "daemonset_rolled_out": daemonset_rolled_out,
-            "gpu_nodes_outside": gpu_nodes_outside,
             "gpu_alert_rules": gpu_alert_rules,
             "grafana_dashboard": grafana_dashboard,
             "pod_security_conflict": pod_security_conflict,
