@@ -240,3 +240,111 @@ def test_the_stubber_refuses_a_request_outside_the_model():
             c.create_pod_identity_association(**LIST)
         with pytest.raises(Exception, match="Unknown parameter in association"):
             stub.add_response("describe_pod_identity_association", {"association": {**association(), "bad": 1}})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# A Pod Identity API for moto, for the playbook tests (tests/cloud/test_eks_playbook_cluster.py and the lab's
+# tests/lab/test_karpenter.py): moto 5.2.5 routes EKS requests by botocore's model but has neither the URL paths
+# nor the handlers of the five Pod Identity operations. add_pod_identity_to_moto() adds both, with the API
+# reference's behaviour the playbook relies on: one association per ServiceAccount (ResourceInUseException),
+# ResourceNotFoundException for an unknown cluster or association, list filtered by namespace and ServiceAccount.
+# It must run before moto's server answers its first EKS request (the EKS app reads its URL paths then): the test
+# modules call it when imported. The module itself is proven against the Stubber above, not against this.
+# --------------------------------------------------------------------------------------------------------------
+_PI_STORE: dict[tuple, dict] = {}
+
+
+def _pi_handlers():
+    import uuid as _uuid  # pylint: disable=import-outside-toplevel
+
+    from moto.core.responses import ActionResult  # pylint: disable=import-outside-toplevel
+    from moto.eks.exceptions import (  # pylint: disable=import-outside-toplevel
+        ResourceInUseException,
+        ResourceNotFoundException,
+    )
+
+    def not_found(message):
+        return ResourceNotFoundException(clusterName=None, nodegroupName=None, fargateProfileName=None,
+                                         addonName=None, message=message)
+
+    def store(self) -> dict:
+        cluster = self._get_param("name") or self._get_param("clusterName")  # pylint: disable=protected-access
+        if cluster not in self.eks_backend.clusters:
+            raise not_found(f"No cluster found for name: {cluster}.")
+        # Keyed by the cluster's ARN: a cluster deleted and made again starts without associations, as in EKS.
+        arn = self.eks_backend.clusters[cluster].arn
+        return cluster, _PI_STORE.setdefault((self.current_account, self.region, arn), {})
+
+    def get(self, assocs: dict) -> dict:
+        assoc_id = self._get_param("associationId")  # pylint: disable=protected-access
+        if assoc_id not in assocs:
+            raise not_found(f"No Pod Identity Association found for id: {assoc_id}.")
+        return assocs[assoc_id]
+
+    def create_pod_identity_association(self):
+        cluster, assocs = store(self)
+        ns, sa = self._get_param("namespace"), self._get_param("serviceAccount")  # pylint: disable=protected-access
+        if any(a["namespace"] == ns and a["serviceAccount"] == sa for a in assocs.values()):
+            raise ResourceInUseException(clusterName=cluster, nodegroupName=None, fargateProfileName=None,
+                                         addonName=None, message="Association already exists")
+        assoc_id = "a-" + _uuid.uuid4().hex[:17]
+        now = datetime.now(timezone.utc)
+        a = {"clusterName": cluster, "namespace": ns, "serviceAccount": sa,
+             "roleArn": self._get_param("roleArn"),  # pylint: disable=protected-access
+             "associationArn": f"arn:aws:eks:{self.region}:{self.current_account}:podidentityassociation/{cluster}/{assoc_id}",
+             "associationId": assoc_id, "tags": self._get_param("tags") or {},  # pylint: disable=protected-access
+             "createdAt": now, "modifiedAt": now,
+             "disableSessionTags": bool(self._get_param("disableSessionTags"))}  # pylint: disable=protected-access
+        assocs[assoc_id] = a
+        return ActionResult({"association": a})
+
+    def describe_pod_identity_association(self):
+        return ActionResult({"association": get(self, store(self)[1])})
+
+    def update_pod_identity_association(self):
+        a = get(self, store(self)[1])
+        for field in ("roleArn", "disableSessionTags", "targetRoleArn"):
+            value = self._get_param(field)  # pylint: disable=protected-access
+            if value is not None:
+                a[field] = value
+        a["modifiedAt"] = datetime.now(timezone.utc)
+        return ActionResult({"association": a})
+
+    def delete_pod_identity_association(self):
+        assocs = store(self)[1]
+        a = get(self, assocs)
+        del assocs[a["associationId"]]
+        return ActionResult({"association": a})
+
+    def list_pod_identity_associations(self):
+        ns, sa = self._get_param("namespace"), self._get_param("serviceAccount")  # pylint: disable=protected-access
+        found = [{k: a[k] for k in ("clusterName", "namespace", "serviceAccount", "associationArn", "associationId")}
+                 for a in store(self)[1].values()
+                 if (ns is None or a["namespace"] == ns) and (sa is None or a["serviceAccount"] == sa)]
+        return ActionResult({"associations": found})
+
+    return {f.__name__: f for f in (create_pod_identity_association, describe_pod_identity_association,
+                                    update_pod_identity_association, delete_pod_identity_association,
+                                    list_pod_identity_associations)}
+
+
+def add_pod_identity_to_moto() -> None:
+    """Add the Pod Identity operations to moto's EKS (idempotent)."""
+    from moto.eks import urls  # pylint: disable=import-outside-toplevel
+    from moto.eks.responses import EKSResponse  # pylint: disable=import-outside-toplevel
+
+    urls.url_paths.setdefault("{0}/clusters/(?P<name>[^/]+)/pod-identity-associations$", urls.response.dispatch)
+    urls.url_paths.setdefault("{0}/clusters/(?P<name>[^/]+)/pod-identity-associations/(?P<associationId>[^/]+)$",
+                              urls.response.dispatch)
+    for name, fn in _pi_handlers().items():
+        if not hasattr(EKSResponse, name):
+            setattr(EKSResponse, name, fn)
+
+
+def pod_identity_associations(aws, cluster: str) -> list[dict]:
+    """The associations moto's stand-in holds for cluster (boto3 through the HTTP server)."""
+    return [aws["eks"].describe_pod_identity_association(clusterName=cluster, associationId=a["associationId"])
+            ["association"] for a in aws["eks"].list_pod_identity_associations(clusterName=cluster)["associations"]]
+
+
+add_pod_identity_to_moto()
