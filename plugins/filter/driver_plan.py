@@ -124,7 +124,7 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
                                    branch, host, open_packaged)
     has_gpu = any(d.get("gpu") for d in facts.get("nvidia_pci_devices") or [])
     loaded = _text(facts.get("nvidia_driver_version") or "")
-    satisfied = bool(loaded) and (not branch or loaded.split(".")[0] == branch) and (
+    satisfied = bool(loaded) and (not branch or loaded.split(".", maxsplit=1)[0] == branch) and (
         not version or loaded.startswith(version)) and not kernel["switch"]
     skipped_no_gpu = not has_gpu and no_gpu == "skip"
     if satisfied:

@@ -80,8 +80,8 @@ def test_converged_host_changes_nothing():
 
 
 def test_installed_but_not_held_is_held():
-    plan = container_toolkit_plan(FACTS, settings(), packages=dpkg({n: "1.20.1-1" for n in TOOLKIT},
-                                                                  held=["nvidia-container-toolkit"]))
+    installed = dpkg({n: "1.20.1-1" for n in TOOLKIT}, held=["nvidia-container-toolkit"])
+    plan = container_toolkit_plan(FACTS, settings(), packages=installed)
     assert not plan["install"]["needed"]
     assert plan["hold"] == {"packages": TOOLKIT, "needed": True, "reason": "nvidia-container-toolkit-base not held"}
     unheld = container_toolkit_plan(FACTS, settings(container_toolkit_hold=False), packages=dpkg({}))
@@ -90,8 +90,8 @@ def test_installed_but_not_held_is_held():
 
 def test_other_version_held_is_moved():
     """dpkg_packages leaves a package of another version out of ready: installed again, held packages may move."""
-    plan = container_toolkit_plan(FACTS, settings(), packages=dpkg({n: "1.17.8-1" for n in TOOLKIT},
-                                                                  held=TOOLKIT, ready=[]))
+    installed = dpkg({n: "1.17.8-1" for n in TOOLKIT}, held=TOOLKIT, ready=[])
+    plan = container_toolkit_plan(FACTS, settings(), packages=installed)
     assert plan["install"]["needed"] and plan["install"]["allow_change_held"]
 
 

@@ -21,8 +21,8 @@ V100_PCI = [{"pci_bus_id": "0000:3b:00.0", "device_id": "0x1db4", "gpu": True}]
 NOT_LOADED = {"nvidia_driver_loaded": False, "nvidia_driver_version": None, "nvidia_gpus": []}
 
 
-def facts(base=DEBIAN, pci=H100_PCI, loaded=None, flavour=None):
-    out = {**base, **NOT_LOADED, "nvidia_pci_devices": pci}
+def facts(base=None, pci=None, loaded=None, flavour=None):
+    out = {**(base or DEBIAN), **NOT_LOADED, "nvidia_pci_devices": H100_PCI if pci is None else pci}
     if loaded:
         out.update(nvidia_driver_loaded=True, nvidia_driver_version=loaded, nvidia_kernel_module_flavour=flavour)
     return out
