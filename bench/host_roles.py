@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "lab"))
+sys.path.insert(0, str(ROOT / "tests" / "lab"))  # ansible_output is the lab tests' module, not yet k8sgpu_testlib's
 from ansible_output import recap  # noqa: E402
 LAB_STATE = Path(os.environ.get("K8SGPU_LAB_STATE", ROOT / ".lab"))
 IMAGE = "k8sgpu-lab/debian:bookworm"

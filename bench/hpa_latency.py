@@ -1,6 +1,6 @@
 """Benchmark: time from a GPU utilisation step to the HPA's new replica count, against the floor the intervals set.
 
-Chain (tests/lab/monitoring_lab.py): stand-in DCGM exporter -> Prometheus (scrape interval S) -> prometheus-adapter
+Chain (k8sgpu_testlib.monitoring_lab, tests/support/): stand-in DCGM exporter -> Prometheus (scrape interval S) -> prometheus-adapter
 (relist R, which only matters for metric names it has not seen) -> aggregator -> the real HPA controller in
 kube-controller-manager (sync period H, 15 s by default) -> Deployment of GPU pods on kwok nodes.
 
@@ -10,7 +10,7 @@ clocks), with the HPA at its target 50 %:
   down: utilisation 90 -> 0 %; time until spec.replicas == 1 (scale-down stabilization window W, 0 s here).
 Floor (worst case of the intervals, no processing time): S + H (+ W for down); the expected mean of a
 uniformly random phase is half of S + H. Reported: measured per run, median, floor, and median/floor.
-Run against the lab (make lab): .venv/bin/python bench/hpa_latency.py [--runs 3]
+Run against the lab (make lab): PYTHONPATH=tests/support .venv/bin/python bench/hpa_latency.py [--runs 3]
 """
 from __future__ import annotations
 
@@ -18,16 +18,13 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from kubernetes import client, config
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "lab"))
-from monitoring_lab import LAB_STATE, Chain, run_role, wait_for  # noqa: E402
+from k8sgpu_testlib.monitoring_lab import LAB_STATE, Chain, run_role, wait_for
 
 NS = "k8sgpu-bench-hpa"
 HPA_SYNC_S = 15.0  # kube-controller-manager --horizontal-pod-autoscaler-sync-period default (the lab sets none)

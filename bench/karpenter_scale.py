@@ -10,7 +10,7 @@ the lab's CRDs, a KWOKNodeClass, GPU instance types carrying nvidia.com/gpu); th
 kwok "boots" a node at once, so these are Karpenter's own latencies (batching window: idle 1 s, max 10 s;
 disruption polling), not an EC2 instance's launch and boot (about 1 to 3 minutes on AWS for a GPU instance,
 more with a large AMI).
-Run against the lab (make lab): .venv/bin/python bench/karpenter_scale.py [--runs 5] [--consolidate-after 5s]
+Run against the lab (make lab): PYTHONPATH=tests/support .venv/bin/python bench/karpenter_scale.py [--runs 5] [--consolidate-after 5s]
 """
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ from pathlib import Path
 from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "lab"))
+sys.path.insert(0, str(ROOT / "tests" / "lab"))  # KarpenterKwok and its helpers are test_karpenter's, not yet k8sgpu_testlib's
 from test_karpenter import KarpenterKwok, kwok_pool_vars, ok, pod, pool_nodes, role  # noqa: E402
-from conftest import LAB_STATE  # noqa: E402
+
+from k8sgpu_testlib import LAB_STATE  # noqa: E402
 
 
 def wait(pred, timeout: float, step: float = 0.1):

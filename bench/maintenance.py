@@ -14,7 +14,7 @@ seconds the window adds are what a driver upgrade pays on top of its apt, DKMS a
 also given against the bare driver-upgrade time passed with --bare-driver-s (e.g. make upgrade-test's per-node time).
 
 Run against the lab (make lab), holding the lab lock:
-  flock /tmp/k8sgpu/lab.lock .venv/bin/python bench/maintenance.py --rounds 2 --bare-driver-s 240
+  PYTHONPATH=tests/support flock /tmp/k8sgpu/lab.lock .venv/bin/python bench/maintenance.py --rounds 2 --bare-driver-s 240
 """
 from __future__ import annotations
 
@@ -25,16 +25,14 @@ import platform
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "lab"))
-from topology import node as kwok_node  # noqa: E402
+from k8sgpu_testlib import LAB_STATE, ROOT, lab_module
+from k8sgpu_testlib.lab_node import node_inventory
 
-LAB_STATE = Path(os.environ.get("K8SGPU_LAB_STATE", ROOT / ".lab"))
+kwok_node = lab_module("topology").node
 LAB_NAME = os.environ.get("K8SGPU_LAB_NAME", "k8sgpu-lab")
 HOST = f"{LAB_NAME}-bench-mnt"
 NS = "k8sgpu-bench-maintenance"
@@ -85,14 +83,7 @@ def setup(work: Path) -> Path:
                          "terminationGracePeriodSeconds": 0}}}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "app"},
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "app"}}}}]}))
-    (work / "group_vars").symlink_to(ROOT / "inventories/lab/group_vars")
-    inv = work / "hosts.yml"
-    inv.write_text(json.dumps({"all": {"children": {
-        "gpu_nodes": {"hosts": {HOST: {"k8sgpu_node_name": HOST}},
-                      "vars": {"ansible_connection": "community.docker.docker",
-                               "ansible_python_interpreter": "/usr/bin/python3"}},
-        "k8s_control_plane": {"hosts": {"localhost": {
-            "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}}}))
+    inv = node_inventory(work, HOST)
     playbook(inv, "playbooks/host.yml")  # the baseline: toolkit installed, nvidia the default runtime
     return inv
 

@@ -31,7 +31,7 @@ description:
     C(UpdateClusterRequest) with one C(ClusterUpdate) field, so no update goes through; it compares no release
     channel or logging components on an existing cluster; and it shares nothing with M(k8sgpu.nvidia.gke_node_pool)'s
     credentials and endpoint checks.
-  - Tested against a contract server (tests/cloud/gke_contract_server.py) that parses every request into
+  - Tested against a contract server (tests/support/k8sgpu_testlib/gke_contract_server.py) that parses every request into
     google-cloud-container's own proto types; that proves the requests are well-formed and the module idempotent,
     not that GKE accepts them.
 author:

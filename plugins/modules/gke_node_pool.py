@@ -47,7 +47,7 @@ description:
     resource (C(name), C(config), C(initialNodeCount), C(autoscaling), ...) in a C(PUT) to the node pool's URL, where
     the v1 API expects an C(UpdateNodePoolRequest) (fields C(nodeVersion), C(imageType), C(labels), ...), so any
     update is refused for unknown fields, and autoscaling or size never change through it.
-  - Tested against a contract server (tests/cloud/gke_contract_server.py) that parses every request into
+  - Tested against a contract server (tests/support/k8sgpu_testlib/gke_contract_server.py) that parses every request into
     google-cloud-container's own proto types, rejecting unknown fields and enum values; that proves the requests are
     well-formed and the module idempotent, not that GKE accepts them.
 author:

@@ -133,7 +133,7 @@ def run(endpoint):
     return Runner(endpoint)
 
 
-# ---- GKE: the contract server (tests/cloud/gke_contract_server.py) ----
+# ---- GKE: the contract server (k8sgpu_testlib.gke_contract_server) ----
 GKE_PROJECT = "k8sgpu-test"
 GKE_REGION = "us-central1"
 GKE_TOKEN = "contract-token"
@@ -142,8 +142,7 @@ GKE_TOKEN = "contract-token"
 @pytest.fixture(scope="session")
 def gke_server():
     """The GKE contract server on 127.0.0.1 (state: pools, operations, instance groups, request log)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import gke_contract_server  # pylint: disable=import-outside-toplevel
+    from k8sgpu_testlib import gke_contract_server  # pylint: disable=import-outside-toplevel
 
     with gke_contract_server.running() as state:
         yield state

@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-import gke_contract_server
 from conftest import GKE_PROJECT, GKE_REGION, GkeRunner
+from k8sgpu_testlib import gke_contract_server
 
 POOL = {"name": "gpu-t4", "machine_type": "n1-standard-4", "accelerator": {"type": "nvidia-tesla-t4"},
         "autoscaling": {"min_node_count": 0, "max_node_count": 2}}

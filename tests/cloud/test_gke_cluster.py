@@ -1,4 +1,4 @@
-"""gke_cluster against the GKE contract server (tests/cloud/gke_contract_server.py), run as `ansible localhost -m`.
+"""gke_cluster against the GKE contract server (k8sgpu_testlib.gke_contract_server), run as `ansible localhost -m`.
 
 A contract test, as test_gke_node_pool.py: every request parses strictly into google-cloud-container's proto types,
 the server keeps the cluster and its pools and applies GKE's documented rules it models (one ClusterUpdate field
@@ -39,7 +39,7 @@ def cluster_json(state, name):
 
     if (GKE_PROJECT, GKE_REGION, name) not in state.clusters:
         return None
-    import gke_contract_server as srv  # pylint: disable=import-outside-toplevel
+    from k8sgpu_testlib import gke_contract_server as srv  # pylint: disable=import-outside-toplevel
 
     h = srv.Handler.__new__(srv.Handler)  # the server's view, as its get_cluster answers
     h.state = state

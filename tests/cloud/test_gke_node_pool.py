@@ -1,4 +1,4 @@
-"""gke_node_pool against the GKE contract server (tests/cloud/gke_contract_server.py), run as `ansible localhost -m`.
+"""gke_node_pool against the GKE contract server (k8sgpu_testlib.gke_contract_server), run as `ansible localhost -m`.
 
 A contract test. What it proves: every request the module sends through google-cloud-container's REST client
 parses strictly into the API's own proto types (unknown fields and enum values are refused), the module sends

@@ -1,25 +1,19 @@
 """playbooks/gke.yml from no cluster (issue 22): k8sgpu_gke_cluster_state present makes the cluster with its
 always-on CPU pool (gke_cluster) before the GPU pool, against the GKE contract server; the lab's API server and the
-stand-in autoscaler (tests/lab/scale_from_zero.py) play the cluster's Kubernetes side for the scale-from-zero check.
+stand-in autoscaler (k8sgpu_testlib.scale_from_zero) play the cluster's Kubernetes side for the scale-from-zero check.
 A second run changes nothing; the documented undo (-e k8sgpu_gke_state=absent) deletes the pool, then the cluster.
 
-Stood in for: GKE's API (tests/cloud/gke_contract_server.py) and its autoscaler; the lab's API server is not the
+Stood in for: GKE's API (k8sgpu_testlib.gke_contract_server) and its autoscaler; the lab's API server is not the
 new cluster's (the contract server makes none), so nothing proves that GKE's cluster comes up or that its nodes
 join it.
 """
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "tests" / "cloud"))
-sys.path.insert(0, str(Path(__file__).parent))
-from gke_contract_server import running  # noqa: E402
-from scale_from_zero import FakeAutoscaler  # noqa: E402
-from test_gke_playbook import GPU_TAINT, PROJECT, REGION, namespace, playbook  # noqa: E402,F401  # pylint: disable=unused-import
+from k8sgpu_testlib.gke_contract_server import running
+from k8sgpu_testlib.scale_from_zero import FakeAutoscaler
+from test_gke_playbook import GPU_TAINT, PROJECT, REGION, namespace, playbook  # noqa: F401  # pylint: disable=unused-import
 
 
 def test_gke_playbook_from_no_cluster_and_back(core, namespace, kubeconfig, tmp_path):  # noqa: F811  # pylint: disable=redefined-outer-name

@@ -17,7 +17,7 @@ from kubernetes import client, config
 
 from ansible_output import recap
 from conftest import KUBECTL
-from monitoring_lab import (
+from k8sgpu_testlib.monitoring_lab import (
     COUNTERS_CSV,
     DASHBOARD_12239,
     EXPORTER_NAMESPACE,
@@ -369,7 +369,7 @@ def test_hpa_target_missing_is_named(chain, tmp_path):
 
 
 def test_prometheus_that_does_not_answer_is_named(tmp_path):
-    from monitoring_lab import free_port
+    from k8sgpu_testlib.monitoring_lab import free_port
 
     port = free_port()
     for url, via in ((f"http://127.0.0.1:{port}", "direct"), (f"http://nothing.{NS}.svc:9090", "service_proxy")):
@@ -392,7 +392,7 @@ def dashboards() -> list:
 
 @pytest.mark.parametrize("path", dashboards())
 def test_every_dashboard_query_evaluates_and_returns_series(chain, deployment, api, path: Path):
-    from monitoring_lab import dashboard_queries
+    from k8sgpu_testlib.monitoring_lab import dashboard_queries
 
     app = deployment("dash-" + re.sub(r"[^a-z0-9]+", "-", path.stem.lower())[:40].strip("-"), replicas=1)
     wait_for("a running GPU pod", lambda: len(running_pods(api, app)) == 1, 60)

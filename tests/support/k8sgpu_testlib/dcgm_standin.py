@@ -174,8 +174,22 @@ def render(state: State, cluster: Cluster, node: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that logs nothing and answers with one body."""
+
+    def reply(self, code: int, data: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # pylint: disable=redefined-builtin
+        return
+
+
 def exporter_handler(state: State, cluster: Cluster, node: str) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path == "/health":
                 self._send(200, "OK\n")
@@ -188,15 +202,7 @@ def exporter_handler(state: State, cluster: Cluster, node: str) -> type[BaseHTTP
                 self._send(404, "not found\n")
 
         def _send(self, code: int, body: str, ctype: str = "text/plain") -> None:
-            data = body.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # pylint: disable=redefined-builtin
-            return
+            self.reply(code, body.encode(), ctype)
 
     return Handler
 
@@ -204,7 +210,7 @@ def exporter_handler(state: State, cluster: Cluster, node: str) -> type[BaseHTTP
 def control_handler(state: State) -> type[BaseHTTPRequestHandler]:
     names = {c.name for c in state.counters}
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802
             if self.path == "/state":
                 with state.lock:
@@ -242,15 +248,7 @@ def control_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": "not found"})
 
         def _send(self, code: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # pylint: disable=redefined-builtin
-            return
+            self.reply(code, json.dumps(body).encode(), "application/json")
 
     return Handler
 

@@ -168,6 +168,21 @@ def default_location_policy(a: types.NodePoolAutoscaling, spot: bool) -> None:
                              else types.NodePoolAutoscaling.LocationPolicy.BALANCED)
 
 
+def check_zones(zones, region: str) -> None:
+    """Node locations must be zones of the cluster's region."""
+    for z in zones:
+        if not z.startswith(region + "-"):
+            raise bad(f"Location {z!r} is not a zone of the cluster's region {region}.")
+
+
+def cluster_path(p: str, l: str, c: str) -> str:  # noqa: E741
+    return f"projects/{p}/locations/{l}/clusters/{c}"
+
+
+def pool_path(p: str, l: str, c: str, n: str) -> str:  # noqa: E741
+    return f"{cluster_path(p, l, c)}/nodePools/{n}"
+
+
 def has_gpu(pool: types.NodePool) -> bool:
     return any(a.accelerator_count > 0 for a in pool.config.accelerators)
 
@@ -291,17 +306,17 @@ class Handler(BaseHTTPRequestHandler):
     def cluster(self, p: str, l: str, c: str) -> dict:  # noqa: E741
         cl = self.state.clusters.get((p, l, c))
         if cl is None:
-            raise ApiError(404, "NOT_FOUND", f"Not found: projects/{p}/locations/{l}/clusters/{c}.")
+            raise ApiError(404, "NOT_FOUND", f"Not found: {cluster_path(p, l, c)}.")
         return cl
 
     def existing(self, p, l, c, n) -> types.NodePool:  # noqa: E741
         pool = self.cluster(p, l, c)["pools"].get(n)
         if pool is None:
-            raise ApiError(404, "NOT_FOUND", f"Not found: projects/{p}/locations/{l}/clusters/{c}/nodePools/{n}.")
+            raise ApiError(404, "NOT_FOUND", f"Not found: {pool_path(p, l, c, n)}.")
         return pool
 
     def check_name(self, req, p, l, c, n=None) -> None:  # noqa: E741
-        path = f"projects/{p}/locations/{l}/clusters/{c}" + (f"/nodePools/{n}" if n else "")
+        path = cluster_path(p, l, c) + (f"/nodePools/{n}" if n else "")
         for field in ("name", "parent"):
             value = getattr(req, field, "")
             if value and value != path:
@@ -333,6 +348,14 @@ class Handler(BaseHTTPRequestHandler):
             urls.append((self.state.mig_base or self.state.base) + path)
         return urls
 
+    def set_migs(self, pool: types.NodePool, size: int | None) -> None:
+        """The target size of each of the pool's instance groups; None removes them."""
+        for url in pool.instance_group_urls:
+            if size is None:
+                self.state.migs.pop(urlparse(url).path, None)
+            else:
+                self.state.migs[urlparse(url).path] = size
+
     # ---- clusters ----
     def cluster_pb(self, p, l, c) -> types.Cluster:  # noqa: E741
         cl = self.cluster(p, l, c)
@@ -340,7 +363,7 @@ class Handler(BaseHTTPRequestHandler):
         out.name, out.location, out.locations = c, l, cl["zones"]
         out.current_master_version = out.current_node_version = cl["version"]
         out.status = types.Cluster.Status[cl["status"]]
-        out.self_link = f"{self.state.base}/v1/projects/{p}/locations/{l}/clusters/{c}"
+        out.self_link = f"{self.state.base}/v1/{cluster_path(p, l, c)}"
         out.endpoint = "203.0.113.10"
         out.node_pools = list(cl["pools"].values())
         return out
@@ -372,14 +395,12 @@ class Handler(BaseHTTPRequestHandler):
         if not c:
             raise bad("cluster.name is required.")
         if (p, l, c) in self.state.clusters:
-            raise ApiError(409, "ALREADY_EXISTS", f"Already exists: projects/{p}/locations/{l}/clusters/{c}.")
+            raise ApiError(409, "ALREADY_EXISTS", f"Already exists: {cluster_path(p, l, c)}.")
         if not cluster.node_pools and not cluster.initial_node_count and not cluster.autopilot.enabled:
             raise bad("Cluster.node_pools or Cluster.initial_node_count must be set.")
         self.check_logging(cluster.logging_config)
         region = l if l.count("-") == 1 else l.rsplit("-", 1)[0]
-        for z in cluster.locations:
-            if not z.startswith(region + "-"):
-                raise bad(f"Location {z!r} is not a zone of the cluster's region {region}.")
+        check_zones(cluster.locations, region)
         version = cluster.initial_cluster_version or "1.33.5-gke.1162000"
         if version == "latest":
             version = "1.34.1-gke.1000000"
@@ -411,7 +432,7 @@ class Handler(BaseHTTPRequestHandler):
 
         def finish(failed):
             cl["status"] = "ERROR" if failed else "RUNNING"
-        return self.operation(p, l, c, types.Operation.Type.CREATE_CLUSTER, f"projects/{p}/locations/{l}/clusters/{c}",
+        return self.operation(p, l, c, types.Operation.Type.CREATE_CLUSTER, cluster_path(p, l, c),
                               finish)
 
     def add_cluster_pools(self, p, l, c, cl, pools, version) -> None:  # noqa: E741  # pylint: disable=too-many-arguments
@@ -420,32 +441,35 @@ class Handler(BaseHTTPRequestHandler):
                 raise bad("node_pools[].name is required.")
             check_autoscaling(np.autoscaling)
             check_accelerators(np.config.accelerators, cl, np.locations or cl["zones"])
-            cfg = np.config
-            cfg.machine_type = cfg.machine_type or "e2-medium"
-            cfg.disk_size_gb = cfg.disk_size_gb or 100
-            cfg.disk_type = cfg.disk_type or "pd-balanced"
-            cfg.image_type = cfg.image_type or "COS_CONTAINERD"
-            cfg.service_account = cfg.service_account or "default"
-            if not cfg.oauth_scopes:
-                cfg.oauth_scopes.extend(DEFAULT_SCOPES)
-            add_gpu_taint(np)
-            default_location_policy(np.autoscaling, cfg.spot)
-            if not np.locations:
-                np.locations.extend(cl["zones"])
-            np.version = version
-            np.status = types.NodePool.Status.RUNNING
-            np.self_link = f"{self.state.base}/v1/projects/{p}/locations/{l}/clusters/{c}/nodePools/{np.name}"
-            np.instance_group_urls.extend(self.mig_urls(p, c, np.name, np.locations))
-            for url in np.instance_group_urls:
-                self.state.migs[urlparse(url).path] = np.initial_node_count
-            cl["pools"][np.name] = np
+            self.add_pool(p, l, c, cl, np, version, types.NodePool.Status.RUNNING)
+
+    def add_pool(self, p, l, c, cl, pool, version, status) -> None:  # noqa: E741  # pylint: disable=too-many-arguments
+        """A new pool with GKE's defaults for what the request left unset, its links and instance groups."""
+        cfg = pool.config
+        cfg.machine_type = cfg.machine_type or "e2-medium"
+        cfg.disk_size_gb = cfg.disk_size_gb or 100
+        cfg.disk_type = cfg.disk_type or "pd-balanced"
+        cfg.image_type = cfg.image_type or "COS_CONTAINERD"
+        cfg.service_account = cfg.service_account or "default"
+        if not cfg.oauth_scopes:
+            cfg.oauth_scopes.extend(DEFAULT_SCOPES)
+        add_gpu_taint(pool)
+        default_location_policy(pool.autoscaling, cfg.spot)
+        if not pool.locations:
+            pool.locations.extend(cl["zones"])
+        pool.version = version
+        pool.status = status
+        pool.self_link = f"{self.state.base}/v1/{pool_path(p, l, c, pool.name)}"
+        pool.instance_group_urls.extend(self.mig_urls(p, c, pool.name, pool.locations))
+        cl["pools"][pool.name] = pool
+        self.set_migs(pool, pool.initial_node_count)
 
     def update_cluster(self, p, l, c, body, **_kw):  # noqa: E741
         """projects.locations.clusters.update: "Exactly one update can be applied to a cluster with each request,
         so at most one field can be provided" (ClusterUpdate,
         https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/ClusterUpdate)."""
         req = parse(body, types.UpdateClusterRequest)
-        if req.name and req.name != f"projects/{p}/locations/{l}/clusters/{c}":
+        if req.name and req.name != cluster_path(p, l, c):
             raise bad(f"name {req.name!r} does not match the URL")
         cl = self.cluster(p, l, c)
         fields = [f.name for f, _v in types.ClusterUpdate.pb(req.update).ListFields()]
@@ -458,9 +482,7 @@ class Handler(BaseHTTPRequestHandler):
         if fields[0] == "desired_logging_config":
             self.check_logging(upd.desired_logging_config)
         if fields[0] == "desired_locations":
-            for z in upd.desired_locations:
-                if not z.startswith(cl["region"] + "-"):
-                    raise bad(f"Location {z!r} is not a zone of the cluster's region {cl['region']}.")
+            check_zones(upd.desired_locations, cl["region"])
         if cl["status"] != "RUNNING":
             raise ApiError(400, "FAILED_PRECONDITION", f"Cluster {c} is {cl['status']}.")
 
@@ -473,7 +495,7 @@ class Handler(BaseHTTPRequestHandler):
                 cl["config"].logging_config = upd.desired_logging_config
             else:
                 cl["zones"] = list(upd.desired_locations)
-        return self.operation(p, l, c, types.Operation.Type.UPDATE_CLUSTER, f"projects/{p}/locations/{l}/clusters/{c}",
+        return self.operation(p, l, c, types.Operation.Type.UPDATE_CLUSTER, cluster_path(p, l, c),
                               finish)
 
     def delete_cluster(self, p, l, c, **_kw):  # noqa: E741
@@ -486,10 +508,9 @@ class Handler(BaseHTTPRequestHandler):
                 cl["status"] = "ERROR"
                 return
             for pool in cl["pools"].values():
-                for url in pool.instance_group_urls:
-                    self.state.migs.pop(urlparse(url).path, None)
+                self.set_migs(pool, None)
             self.state.clusters.pop((p, l, c), None)
-        return self.operation(p, l, c, types.Operation.Type.DELETE_CLUSTER, f"projects/{p}/locations/{l}/clusters/{c}",
+        return self.operation(p, l, c, types.Operation.Type.DELETE_CLUSTER, cluster_path(p, l, c),
                               finish)
 
     # ---- node pools ----
@@ -509,40 +530,20 @@ class Handler(BaseHTTPRequestHandler):
             raise bad("node_pool.name is required.")
         if pool.name in cl["pools"]:
             raise ApiError(409, "ALREADY_EXISTS",
-                           f"Already exists: projects/{p}/locations/{l}/clusters/{c}/nodePools/{pool.name}.")
+                           f"Already exists: {pool_path(p, l, c, pool.name)}.")
         if pool.initial_node_count < 0:
             raise bad("node_pool.initial_node_count must be 0 or more.")
         check_autoscaling(pool.autoscaling)
-        for z in pool.locations:
-            if not z.startswith(cl["region"] + "-"):
-                raise bad(f"Location {z!r} is not a zone of the cluster's region {cl['region']}.")
+        check_zones(pool.locations, cl["region"])
         check_accelerators(pool.config.accelerators, cl, pool.locations or cl["zones"])
-        cfg = pool.config
-        cfg.machine_type = cfg.machine_type or "e2-medium"
-        cfg.disk_size_gb = cfg.disk_size_gb or 100
-        cfg.disk_type = cfg.disk_type or "pd-balanced"
-        cfg.image_type = cfg.image_type or "COS_CONTAINERD"
-        cfg.service_account = cfg.service_account or "default"
-        if not cfg.oauth_scopes:
-            cfg.oauth_scopes.extend(DEFAULT_SCOPES)
-        add_gpu_taint(pool)
-        default_location_policy(pool.autoscaling, cfg.spot)
-        if not pool.locations:
-            pool.locations.extend(cl["zones"])
-        pool.version = cl["version"]
-        pool.status = types.NodePool.Status.PROVISIONING
-        pool.self_link = f"{self.state.base}/v1/projects/{p}/locations/{l}/clusters/{c}/nodePools/{pool.name}"
-        pool.instance_group_urls.extend(self.mig_urls(p, c, pool.name, pool.locations))
-        cl["pools"][pool.name] = pool
-        for url in pool.instance_group_urls:
-            self.state.migs[urlparse(url).path] = pool.initial_node_count
+        self.add_pool(p, l, c, cl, pool, cl["version"], types.NodePool.Status.PROVISIONING)
 
         def finish(failed):
             pool.status = types.NodePool.Status.ERROR if failed else types.NodePool.Status.RUNNING
             if failed:
                 pool.status_message = failed["message"]
         return self.operation(p, l, c, types.Operation.Type.CREATE_NODE_POOL,
-                              f"projects/{p}/locations/{l}/clusters/{c}/nodePools/{pool.name}", finish)
+                              pool_path(p, l, c, pool.name), finish)
 
     def ready(self, pool: types.NodePool) -> None:
         if pool.status != types.NodePool.Status.RUNNING:
@@ -560,9 +561,7 @@ class Handler(BaseHTTPRequestHandler):
         if extra:
             raise bad(f"UpdateNodePoolRequest field(s) {', '.join(extra)} are not modelled by the contract server.")
         cl = self.cluster(p, l, c)
-        for z in req.locations:
-            if not z.startswith(cl["region"] + "-"):
-                raise bad(f"Location {z!r} is not a zone of the cluster's region {cl['region']}.")
+        check_zones(req.locations, cl["region"])
         if req.disk_size_gb and req.disk_size_gb < 10:
             raise bad("disk_size_gb: the smallest allowed disk size is 10GB.")
         if req.accelerators:
@@ -592,7 +591,7 @@ class Handler(BaseHTTPRequestHandler):
                 add_gpu_taint(pool)
         pool.status = types.NodePool.Status.RECONCILING
         return self.operation(p, l, c, types.Operation.Type.UPGRADE_NODES,
-                              f"projects/{p}/locations/{l}/clusters/{c}/nodePools/{n}", finish)
+                              pool_path(p, l, c, n), finish)
 
     @staticmethod
     def check_accelerator_update(pool: types.NodePool, accs, cl: dict) -> None:
@@ -627,7 +626,7 @@ class Handler(BaseHTTPRequestHandler):
                 pool.autoscaling = req.autoscaling
                 default_location_policy(pool.autoscaling, pool.config.spot)
         return self.operation(p, l, c, types.Operation.Type.SET_NODE_POOL_MANAGEMENT,
-                              f"projects/{p}/locations/{l}/clusters/{c}/nodePools/{n}", finish)
+                              pool_path(p, l, c, n), finish)
 
     def set_size(self, p, l, c, n, body, **_kw):  # noqa: E741
         req = parse(body, types.SetNodePoolSizeRequest)
@@ -639,10 +638,9 @@ class Handler(BaseHTTPRequestHandler):
 
         def finish(failed):
             if not failed:
-                for url in pool.instance_group_urls:
-                    self.state.migs[urlparse(url).path] = req.node_count
+                self.set_migs(pool, req.node_count)
         return self.operation(p, l, c, types.Operation.Type.SET_NODE_POOL_SIZE,
-                              f"projects/{p}/locations/{l}/clusters/{c}/nodePools/{n}", finish)
+                              pool_path(p, l, c, n), finish)
 
     def delete_pool(self, p, l, c, n, body, **_kw):  # noqa: E741
         cl = self.cluster(p, l, c)
@@ -654,10 +652,9 @@ class Handler(BaseHTTPRequestHandler):
                 pool.status = types.NodePool.Status.ERROR
                 return
             cl["pools"].pop(n, None)
-            for url in pool.instance_group_urls:
-                self.state.migs.pop(urlparse(url).path, None)
+            self.set_migs(pool, None)
         return self.operation(p, l, c, types.Operation.Type.DELETE_NODE_POOL,
-                              f"projects/{p}/locations/{l}/clusters/{c}/nodePools/{n}", finish)
+                              pool_path(p, l, c, n), finish)
 
     # ---- operations ----
     def get_operation(self, p, l, o, **_kw):  # noqa: E741

@@ -1,9 +1,10 @@
 """The lab's monitoring chain: the DCGM stand-in exporter, Prometheus and prometheus-adapter as host processes.
 
-Shared by the monitoring tests and bench/ (import it with tests/lab on sys.path), and runnable by hand:
+Shared by the monitoring tests and bench/ (``from k8sgpu_testlib.monitoring_lab import ...``, see the package's
+docstring), and runnable by hand:
 
-    python tests/lab/monitoring_lab.py up      # stand-in, Prometheus, adapter on fixed ports; .lab/monitoring/
-    python tests/lab/monitoring_lab.py down
+    python tests/support/k8sgpu_testlib/monitoring_lab.py up      # stand-in, Prometheus, adapter on fixed ports; .lab/monitoring/
+    python tests/support/k8sgpu_testlib/monitoring_lab.py down
 
 Every process binds 127.0.0.1, writes its pid to $K8SGPU_LAB_STATE/procs/<name>.pid (lab.sh down stops those)
 and is stopped by whoever started it (the fixtures' finalisers).
@@ -35,7 +36,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # tests/support/k8sgpu_testlib/ -> the checkout
 LAB_STATE = Path(os.environ.get("K8SGPU_LAB_STATE", ROOT / ".lab"))
 CACHE = Path(os.environ.get("K8SGPU_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
                             / "k8sgpu-lab"))

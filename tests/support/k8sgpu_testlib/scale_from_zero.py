@@ -4,7 +4,7 @@ Cloud GPU pools (a GKE node pool, an EKS nodegroup with the cluster-autoscaler, 
 node is added only after a pod that needs it is Pending, and removed after it is empty. The lab has no cloud, so
 this module plays the autoscaler against the lab's real API server and scheduler, with kwok Nodes as the machines:
 
-    from scale_from_zero import FakeAutoscaler
+    from k8sgpu_testlib.scale_from_zero import FakeAutoscaler
 
     with FakeAutoscaler(core, node_prefix="k8sgpu-gke-sfz", labels={"role": "train-gpu"},
                         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
@@ -40,19 +40,18 @@ Stable interface (other tests use it): the constructor's keyword arguments, ``sc
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
-from topology import node as kwok_node  # noqa: E402  (the lab's own kwok Node shape)
+from k8sgpu_testlib import lab_module
+
+kwok_node = lab_module("topology").node  # the lab's own kwok Node shape
 
 GPU = "nvidia.com/gpu"
 CREATED_BY = "k8sgpu.nvidia/fake-autoscaler"
