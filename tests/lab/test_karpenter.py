@@ -5,15 +5,23 @@ TestEc2NodeClass: the role's NodePool and EC2NodeClass are applied with Karpente
 render; idempotence, check mode, diff, removal of a dropped setting, a clear preflight failure, and deletion.
 What this does not prove: that AWS launches the instances (no EC2 here).
 
+TestKarpenterRole: the role karpenter (Karpenter's controller as its chart renders it) with Karpenter's AWS CRDs from
+../shared/crds/karpenter given as karpenter_crds_path: the API server accepts the CRDs and the objects (Pod Security
+restricted on the test's namespace), check mode writes nothing, a second run changes nothing, the ServiceAccount may
+do what the chart grants and not more, and absent removes exactly what the role made (CRDs last).
+
 TestKarpenterKwok: Karpenter v1.14.1's own controller with its kwok cloud provider
 (~/.cache/k8sgpu-lab/bin/karpenter-kwok-v1.14.1/kwok, CRDs from ../shared/crds/karpenter-kwok) runs against the
 lab with GPU instance types that carry nvidia.com/gpu; the role's NodePool (node class: a KWOKNodeClass) makes
 it launch a GPU node for a pending pod, stop at the NodePool's nvidia.com/gpu limit, never place a pod without
 the toleration there, and remove the node once empty. The NodePool carries an extra taint only our pods
-tolerate, so Karpenter never launches nodes for other tests' pending pods in the shared lab.
+tolerate, so Karpenter never launches nodes for other tests' pending pods in the shared lab. The same controller
+scales the pool of playbooks/eks.yml, run from an empty moto account (IAM roles, the cluster, the Pod Identity
+role and association, Karpenter's controller objects applied by the role karpenter) and torn down again.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -27,7 +35,17 @@ import pytest
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import KUBECTL, LAB_STATE, run
+from conftest import KUBECTL, LAB_STATE, ROOT, run
+
+# tests/cloud's moto fixtures (a ThreadedMotoServer on 127.0.0.1, boto3 clients, a VPC), reused, and the Pod
+# Identity stand-in for moto (it must be added before moto answers its first EKS request: here, at import).
+_spec = importlib.util.spec_from_file_location("cloud_conftest", ROOT / "tests" / "cloud" / "conftest.py")
+cloud = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cloud)
+_spec = importlib.util.spec_from_file_location("cloud_pod_identity", ROOT / "tests" / "cloud" / "test_eks_pod_identity.py")
+cloud_pi = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cloud_pi)
+endpoint, aws, network = cloud.endpoint, cloud.aws, cloud.network
 
 SHARED_CRDS = Path(__file__).resolve().parents[3] / "shared" / "crds"
 AWS_CRDS = SHARED_CRDS / "karpenter"
@@ -204,6 +222,135 @@ def test_missing_crds_fail_with_the_fix(core):
     assert res.returncode != 0
     # The YAML callback folds long messages at a width that depends on the terminal: compare without the folds.
     assert "the cluster has no CRD ec2nodeclasses.karpenter.k8s.aws, nodepools.karpenter.sh" in " ".join(res.stdout.split())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The role karpenter: Karpenter's controller objects and its AWS CRDs
+# --------------------------------------------------------------------------------------------------------------
+PS = {f"pod-security.kubernetes.io/{m}": "restricted" for m in ("enforce", "warn", "audit")}
+CRDS = ("ec2nodeclasses.karpenter.k8s.aws", "nodeclaims.karpenter.sh", "nodepools.karpenter.sh")
+
+
+def karpenter_role(extra: dict, *args: str) -> subprocess.CompletedProcess:
+    return run(["ansible-playbook", "-i", "inventories/lab", "tests/lab/playbooks/role.yml", "--limit", "localhost",
+                "-e", "role=karpenter", "-e", json.dumps(extra), *args])
+
+
+def can(api, sa_ns: str, sa: str, verb: str, resource: str, group: str = "", name: str = "",
+        namespace: str | None = None) -> bool:
+    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+        user=f"system:serviceaccount:{sa_ns}:{sa}", groups=["system:serviceaccounts", f"system:serviceaccounts:{sa_ns}"],
+        resource_attributes=client.V1ResourceAttributes(verb=verb, resource=resource, group=group, name=name or None,
+                                                        namespace=namespace)))
+    return client.AuthorizationV1Api(api).create_subject_access_review(review).status.allowed
+
+
+def karpenter_objects(api, name: str, ns: str) -> dict:
+    """What of the role's objects exists: kind/namespace/name -> bool."""
+    apps, rbac, core, policy = (client.AppsV1Api(api), client.RbacAuthorizationV1Api(api), client.CoreV1Api(api),
+                                client.PolicyV1Api(api))
+    reads = {
+        f"ServiceAccount/{ns}/{name}": lambda: core.read_namespaced_service_account(name, ns),
+        f"ClusterRole/{name}-core": lambda: rbac.read_cluster_role(f"{name}-core"),
+        f"ClusterRoleBinding/{name}-core": lambda: rbac.read_cluster_role_binding(f"{name}-core"),
+        f"ClusterRole/{name}": lambda: rbac.read_cluster_role(name),
+        f"ClusterRoleBinding/{name}": lambda: rbac.read_cluster_role_binding(name),
+        f"Role/{ns}/{name}": lambda: rbac.read_namespaced_role(name, ns),
+        f"RoleBinding/{ns}/{name}": lambda: rbac.read_namespaced_role_binding(name, ns),
+        f"Role/kube-system/{name}-dns": lambda: rbac.read_namespaced_role(f"{name}-dns", "kube-system"),
+        f"RoleBinding/kube-system/{name}-dns": lambda: rbac.read_namespaced_role_binding(f"{name}-dns", "kube-system"),
+        f"Role/kube-node-lease/{name}-lease": lambda: rbac.read_namespaced_role(f"{name}-lease", "kube-node-lease"),
+        f"RoleBinding/kube-node-lease/{name}-lease":
+            lambda: rbac.read_namespaced_role_binding(f"{name}-lease", "kube-node-lease"),
+        f"Deployment/{ns}/{name}": lambda: apps.read_namespaced_deployment(name, ns),
+        f"PodDisruptionBudget/{ns}/{name}": lambda: policy.read_namespaced_pod_disruption_budget(name, ns),
+        **{f"CustomResourceDefinition/{c}": (lambda c=c: get_obj(api, "apiextensions.k8s.io",
+                                                                 "customresourcedefinitions", c) or None)
+           for c in CRDS},
+    }
+    found = {}
+    for key, read in reads.items():
+        try:
+            found[key] = read() is not None
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            found[key] = False
+    return found
+
+
+@pytest.fixture
+def restricted_namespace(core):
+    name = f"k8sgpu-kctl-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name, "labels": PS}})
+    yield name
+    core.delete_namespace(name, propagation_policy="Background")
+
+
+class TestKarpenterRole:
+    def test_objects_and_crds_check_mode_second_run_and_absent(self, core, restricted_namespace):
+        if not AWS_CRDS.is_dir():
+            pytest.skip(f"{AWS_CRDS} is absent: Karpenter's AWS CRDs come from ../shared (not committed)")
+        api, ns = core.api_client, restricted_namespace
+        if get_obj(api, "apiextensions.k8s.io", "customresourcedefinitions", "nodepools.karpenter.sh"):
+            pytest.fail("Karpenter's CRDs are installed: this test installs and removes them itself")
+        name = f"k8sgpu-karpenter-{ns[-6:]}"
+        extra = {"karpenter_name": name, "karpenter_namespace": ns, "karpenter_cluster_name": "train",
+                 "karpenter_interruption_queue": "train", "karpenter_crds_path": str(AWS_CRDS),
+                 "karpenter_image_digest": "sha256:" + "0" * 64, "karpenter_feature_gates": {"NodeRepair": True}}
+        try:
+            # Check mode: the API server's dry run of every object (the CRDs too), nothing written.
+            dry = ok(karpenter_role(extra, "--check"))
+            assert changed(dry) == 1
+            assert not any(karpenter_objects(api, name, ns).values())
+
+            assert changed(ok(karpenter_role(extra))) == 1
+            assert all(karpenter_objects(api, name, ns).values()), karpenter_objects(api, name, ns)
+            crd = get_obj(api, "apiextensions.k8s.io", "customresourcedefinitions", "nodepools.karpenter.sh")
+            assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"])
+            dep = client.AppsV1Api(api).read_namespaced_deployment(name, ns)
+            c = dep.spec.template.spec.containers[0]
+            assert c.image == "public.ecr.aws/karpenter/controller:1.14.1@sha256:" + "0" * 64
+            env = {e.name: e.value for e in c.env}
+            assert env["CLUSTER_NAME"] == "train" and env["INTERRUPTION_QUEUE"] == "train"
+            assert env["FEATURE_GATES"] == "NodeRepair=true" and env["BATCH_MAX_DURATION"] == "10s"
+            assert c.security_context.read_only_root_filesystem and c.security_context.run_as_non_root
+            assert dep.spec.template.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution \
+                .node_selector_terms[0].match_expressions[0].key == "karpenter.sh/nodepool"
+            pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget(name, ns)
+            assert pdb.spec.max_unavailable == 1
+            # Pod Security restricted admitted the pods the ReplicaSet made (an event says so otherwise).
+            assert wait_until(lambda: client.CoreV1Api(api).list_namespaced_pod(ns).items, 60), \
+                client.CoreV1Api(api).list_namespaced_event(ns).items[-3:]
+
+            # The chart's rules, no more.
+            assert can(api, ns, name, "create", "nodeclaims", "karpenter.sh")
+            assert can(api, ns, name, "patch", "ec2nodeclasses/status", "karpenter.k8s.aws")
+            assert can(api, ns, name, "delete", "nodes") and can(api, ns, name, "create", "pods/eviction", namespace="x")
+            assert can(api, ns, name, "update", "leases", "coordination.k8s.io", "karpenter-leader-election", ns)
+            assert can(api, ns, name, "get", "services", name="kube-dns", namespace="kube-system")
+            assert can(api, ns, name, "delete", "leases", "coordination.k8s.io", "n1", "kube-node-lease")
+            assert not can(api, ns, name, "create", "nodepools", "karpenter.sh")
+            assert not can(api, ns, name, "delete", "ec2nodeclasses", "karpenter.k8s.aws")
+            assert not can(api, ns, name, "get", "secrets", namespace=ns)
+            assert not can(api, ns, name, "update", "leases", "coordination.k8s.io", "kube-scheduler", ns)
+            assert not can(api, ns, name, "get", "services", name="other", namespace="kube-system")
+            assert not can(api, ns, name, "create", "nodes")
+
+            assert changed(ok(karpenter_role(extra))) == 0
+        finally:
+            gone = ok(karpenter_role({**extra, "karpenter_state": "absent"}))
+        assert changed(gone) == 1
+        assert not any(karpenter_objects(api, name, ns).values()), karpenter_objects(api, name, ns)
+
+    def test_settings_are_checked_before_any_write(self, core):
+        res = karpenter_role({"karpenter_cluster_name": "", "karpenter_crds_path": "/nonexistent/crds",
+                              "karpenter_image_digest": "latest", "karpenter_name": "k8sgpu-karpenter-bad"})
+        assert res.returncode != 0
+        out = " ".join(res.stdout.split())
+        assert "karpenter_cluster_name='' (required" in out and "it does not exist" in out, res.stdout[-3000:]
+        assert "karpenter_image_digest='latest' (empty or sha256:<64 hex>)" in out
+        assert not any(karpenter_objects(core.api_client, "k8sgpu-karpenter-bad", "kube-system").values())
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -395,13 +542,25 @@ class TestKarpenterKwok:
         empty_to_removed = time.monotonic() - t1
         print(f"pending-to-running {pending_to_running:.1f} s, empty-to-removed {empty_to_removed:.1f} s")
 
-    def test_eks_playbook_with_karpenter_scales_from_zero_and_tears_down(self, core, karpenter, namespace):
-        """playbooks/eks.yml, provisioner karpenter: the role's NodePool, the device plugin, and the check's Job,
-        which stays Pending until Karpenter launches a GPU node for it; second run changes nothing; teardown."""
+    def test_eks_playbook_with_karpenter_scales_from_zero_and_tears_down(self, core, karpenter, namespace, endpoint,
+                                                                         aws, network):
+        """playbooks/eks.yml from an empty moto account, provisioner karpenter: the cluster's and nodes' IAM roles,
+        the cluster, Karpenter's IAM role (trusted by pods.eks.amazonaws.com, its controller policy) and Pod
+        Identity association in moto; in the lab, Karpenter's controller objects (role karpenter), the role
+        karpenter_gpu's NodePool, the device plugin, and the check's Job, Pending until Karpenter (its kwok
+        controller, running beside the lab) launches a GPU node for it. The second run changes nothing and sees the
+        pool back at zero; the teardown removes, in reverse order, everything the first run made."""
         pool = f"k8sgpu-eks-{namespace[-6:]}"
+        cluster = f"kpt-{namespace[-6:]}"
+        kname = f"karpenter-{namespace[-6:]}"
         dp_label = f"k8sgpu-test/eks-device-plugin-{namespace[-6:]}"
         extra = {
-            "k8sgpu_eks_provisioner": "karpenter", "k8sgpu_eks_cluster_name": "lab",
+            "k8sgpu_aws_endpoint_url": endpoint, "k8sgpu_aws_region": cloud.REGION,
+            "k8sgpu_eks_cluster_name": cluster, "k8sgpu_eks_cluster_state": "present",
+            "k8sgpu_eks_cluster": {"subnets": network["subnets"], "version": "1.33"},
+            "k8sgpu_eks_provisioner": "karpenter", "k8sgpu_eks_karpenter_install": True,
+            "k8sgpu_eks_pod_identity": True, "karpenter_name": kname, "karpenter_namespace": namespace,
+            "karpenter_replicas": 1,
             "k8sgpu_eks_gpu_labels": {"role": "train-gpu", "k8sgpu-test/pool": pool},
             "k8sgpu_eks_gpu_taints": [GPU_TAINT, TEST_TAINT],
             **{k: v for k, v in kwok_pool_vars(pool, karpenter.node_class).items()
@@ -410,11 +569,18 @@ class TestKarpenterKwok:
             "device_plugin_node_affinity_label": dp_label,
             "k8sgpu_eks_verify_namespace": namespace, "k8sgpu_eks_verify_timeout": 120,
             "k8sgpu_eks_verify_require_logs": False}
+        creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret"}
 
         def eks(*args: str, **more) -> tuple[int, str, dict]:
             res = run(["ansible-playbook", "-i", "inventories/lab", "playbooks/eks.yml",
-                       "-e", json.dumps({**extra, **more}), *args])
+                       "-e", json.dumps({**extra, **more}), *args], env_extra=creds)
             return res.returncode, res.stdout + res.stderr, recap(res.stdout).get("localhost", {})
+
+        def roles() -> set[str]:
+            return {r["RoleName"] for r in aws["iam"].list_roles()["Roles"]}
+
+        roles_before, clusters_before = roles(), set(aws["eks"].list_clusters()["clusters"])
+        apps = client.AppsV1Api(core.api_client)
 
         rc, out = eks(k8sgpu_eks_scale_down_check=False)[:2]
         assert rc == 0, out[-5000:] + karpenter.logs()[-3000:]
@@ -422,6 +588,24 @@ class TestKarpenterKwok:
         nodes = pool_nodes(core, pool)
         assert len(nodes) == 1 and nodes[0].metadata.labels[dp_label] == "true"
         assert "(timeout" not in out
+        # moto: the cluster, its two roles and Karpenter's, trusted by Pod Identity, associated with its ServiceAccount.
+        made = {f"{cluster}-eks-cluster", f"{cluster}-eks-nodes", f"{cluster}-karpenter"}
+        assert roles() - roles_before == made and cluster in aws["eks"].list_clusters()["clusters"]
+        krole = aws["iam"].get_role(RoleName=f"{cluster}-karpenter")["Role"]
+        assert krole["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        policy = aws["iam"].get_role_policy(RoleName=f"{cluster}-karpenter",
+                                            PolicyName="KarpenterControllerPolicy")["PolicyDocument"]
+        sids = {st["Sid"]: st for st in policy["Statement"]}
+        assert sids["AllowAPIServerEndpointDiscovery"]["Resource"].endswith(f":cluster/{cluster}")
+        assert sids["AllowPassingInstanceRole"]["Resource"].endswith(f":role/{cluster}-eks-nodes")
+        assert sids["AllowRegionalReadActions"]["Condition"] == {"StringEquals": {"aws:RequestedRegion": cloud.REGION}}
+        [assoc] = cloud_pi.pod_identity_associations(aws, cluster)
+        assert (assoc["namespace"], assoc["serviceAccount"], assoc["roleArn"]) == (namespace, kname, krole["Arn"])
+        # The lab: Karpenter's controller objects, applied by the role karpenter.
+        env = {e.name: e.value for e in apps.read_namespaced_deployment(kname, namespace).spec.template.spec
+               .containers[0].env}
+        assert env["CLUSTER_NAME"] == cluster and env["AWS_REGION"] == cloud.REGION
+        assert client.CoreV1Api(core.api_client).read_namespaced_service_account(kname, namespace)
 
         # Second run, with the scale-down check: the check's pod done, Karpenter removes the empty node
         # (consolidateAfter 5s) and the playbook sees the pool back at zero.
@@ -430,8 +614,17 @@ class TestKarpenterKwok:
         assert "karpenter pool: back to zero nodes after the check" in out, out[-3000:]
         assert pool_nodes(core, pool) == []
 
+        # The documented undo, in reverse order: the NodePool, Karpenter's controller, the association, its role, the
+        # cluster, the cluster's roles.
         rc, out, stats = eks("--tags", "eks_teardown")
-        assert rc == 0 and stats["changed"] == 1, out[-5000:]
+        assert rc == 0 and stats["changed"] == 6, out[-5000:]
+        order = ["Teardown - the NodePool", "Teardown - Karpenter's controller", "Teardown - the controller's Pod Identity",
+                 "Teardown - the controller's IAM role", "Teardown - the control plane", "Teardown - the nodes' and then"]
+        assert [out.index(t) for t in order] == sorted(out.index(t) for t in order)
         assert get_obj(core.api_client, "karpenter.sh", "nodepools", pool) is None
+        with pytest.raises(client.ApiException) as gone:
+            apps.read_namespaced_deployment(kname, namespace)
+        assert gone.value.status == 404
+        assert roles() == roles_before and set(aws["eks"].list_clusters()["clusters"]) == clusters_before
         # Karpenter terminates the deleted NodePool's node.
         assert wait_until(lambda: not pool_nodes(core, pool), 120), karpenter.logs()[-3000:]
