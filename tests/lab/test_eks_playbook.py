@@ -25,6 +25,10 @@ _spec = importlib.util.spec_from_file_location("cloud_conftest", ROOT / "tests" 
 cloud = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cloud)
 endpoint, aws, network, cluster = cloud.endpoint, cloud.aws, cloud.network, cloud.cluster
+# The Pod Identity stand-in for moto (added before moto answers its first EKS request: here, at import).
+_spec = importlib.util.spec_from_file_location("cloud_pod_identity", ROOT / "tests" / "cloud" / "test_eks_pod_identity.py")
+cloud_pi = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cloud_pi)
 NODE_TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
 
 TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
@@ -204,7 +208,9 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
         "k8sgpu_eks_verify_require_logs": False, "k8sgpu_eks_scale_down_poll": 1,
         # The cluster-autoscaler's objects (its pod cannot reach AWS here: the fake autoscaler plays its part).
         "k8sgpu_eks_cluster_autoscaler": True, "cluster_autoscaler_name": f"k8sgpu-ca-{pool}",
-        "cluster_autoscaler_namespace": namespace, "cluster_autoscaler_kubernetes_version": "1.33"})
+        "cluster_autoscaler_namespace": namespace, "cluster_autoscaler_kubernetes_version": "1.33",
+        # Its IAM role through EKS Pod Identity, in moto.
+        "k8sgpu_eks_pod_identity": True, "k8sgpu_eks_pod_identity_role": f"k8sgpu-ca-{pool}"})
 
     # Check mode: nothing is created in AWS, nothing in the cluster.
     rc, out, stats = play("--check")
@@ -244,6 +250,16 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
         assert ng["amiType"] == "AL2023_x86_64_NVIDIA" and ng["scalingConfig"]["minSize"] == 0
         assert ng["labels"] == {**labels, dp_label: "true", "k8s.amazonaws.com/accelerator": "nvidia-a10g"}
         assert ca.wait_scaled_to_zero(60), ca.errors
+        # The autoscaler's IAM role, trusted by Pod Identity with its policy, associated with its ServiceAccount.
+        role = aws["iam"].get_role(RoleName=f"k8sgpu-ca-{pool}")["Role"]
+        assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        policy = aws["iam"].get_role_policy(RoleName=f"k8sgpu-ca-{pool}",
+                                            PolicyName="ClusterAutoscalerPolicy")["PolicyDocument"]
+        assert policy["Statement"][1]["Condition"]["StringEquals"][
+            f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster}"] == "owned"
+        [assoc] = cloud_pi.pod_identity_associations(aws, cluster)
+        assert (assoc["namespace"], assoc["serviceAccount"], assoc["roleArn"]) == \
+            (namespace, f"k8sgpu-ca-{pool}", role["Arn"])
 
         # Second run: nothing changes (AWS, device plugin), and the check scales from zero again.
         rc, out, stats = play()
@@ -251,10 +267,12 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
         assert len(ca.scale_ups) == 2 and ca.scale_ups[1].pod_running
         assert ca.wait_scaled_to_zero(60), ca.errors
 
-    # Teardown, twice: the cluster-autoscaler, then the nodegroup.
+    # Teardown, twice: the cluster-autoscaler, the nodegroup, the Pod Identity association, its role.
     rc, out, stats = play(k8sgpu_eks_state="absent")
-    assert rc == 0 and stats["changed"] == 2, out[-4000:]
+    assert rc == 0 and stats["changed"] == 4, out[-4000:]
     assert aws["eks"].list_nodegroups(clusterName=cluster)["nodegroups"] == []
+    assert cloud_pi.pod_identity_associations(aws, cluster) == []
+    assert f"k8sgpu-ca-{pool}" not in {r["RoleName"] for r in aws["iam"].list_roles()["Roles"]}
     with pytest.raises(client.ApiException) as gone:
         client.AppsV1Api(core.api_client).read_namespaced_deployment(f"k8sgpu-ca-{pool}", namespace)
     assert gone.value.status == 404
