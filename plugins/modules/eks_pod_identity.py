@@ -67,7 +67,9 @@ options:
         cross-account access. Unset - not compared; V("") removes it.
     type: str
   disable_session_tags:
-    description: C(disableSessionTags) - no session tags (cluster, namespace, ServiceAccount) on the role's sessions. Unset - not compared (EKS's default on create - false).
+    description:
+      - C(disableSessionTags) - no session tags (cluster, namespace, ServiceAccount) on the role's sessions.
+      - Unset - not compared (EKS's default on create - false).
     type: bool
   tags:
     description: Tags of the association (C(tags); TagResource, UntagResource).
