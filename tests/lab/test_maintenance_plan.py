@@ -1,7 +1,7 @@
 """node_maintenance's plan (playbooks/upgrade.yml's first step) on a host without the container toolkit (issue 12).
 
-The plan asks the driver and container_toolkit roles what they would change, running them with
-`apply: check_mode: true`. Under that, ansible_check_mode stays false (it is the command line's --check only), so a
+The plan asks the driver and container_toolkit roles what they would change, through each role's entry point `plan`
+(tasks/plan.yml), which runs the role with `apply: check_mode: true`. Under that, ansible_check_mode stays false (it is the command line's --check only), so a
 role that reads it acts as if it were applying: container_toolkit ran its apt install in check mode against a
 repository its own check-mode pass had not written, and the plan (so the whole upgrade) failed on any host that did
 not have the toolkit yet.
