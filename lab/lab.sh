@@ -294,17 +294,21 @@ apply_topology() {
   log "cluster: nodes ready"
 }
 
+# Each file is written beside and renamed into place: `make test` runs molecule
+# (which reads them) beside `make lab` (which writes them again).
 write_env() {
-  cat >"$LAB_STATE/env" <<ENV
+  cat >"$LAB_STATE/env.tmp" <<ENV
 # source this file to use the lab's kubectl and kubeconfig
 export KUBECONFIG="$KUBECONFIG_OUT"
 export PATH="$(k8s_bin_dir):\$PATH"
 export K8SGPU_LAB_APT_PROXY="http://$LAB_GATEWAY:$APT_PROXY_PORT"
 export K8SGPU_LAB_TOOLKIT_MIRROR="$(toolkit_mirror_url)"
 ENV
-  echo "http://$LAB_GATEWAY:$APT_PROXY_PORT" >"$LAB_STATE/apt-proxy-url"
-  toolkit_mirror_url >"$LAB_STATE/toolkit-mirror-url"
-  echo "$K8SGPU_CACHE/bin/nvidia-container-toolkit-$NVIDIA_CTK_VERSION" >"$LAB_STATE/toolkit-bin-dir"
+  echo "http://$LAB_GATEWAY:$APT_PROXY_PORT" >"$LAB_STATE/apt-proxy-url.tmp"
+  toolkit_mirror_url >"$LAB_STATE/toolkit-mirror-url.tmp"
+  echo "$K8SGPU_CACHE/bin/nvidia-container-toolkit-$NVIDIA_CTK_VERSION" >"$LAB_STATE/toolkit-bin-dir.tmp"
+  local f
+  for f in env apt-proxy-url toolkit-mirror-url toolkit-bin-dir; do mv "$LAB_STATE/$f.tmp" "$LAB_STATE/$f"; done
 }
 
 # The NVIDIA container toolkit repository built by lab/build-toolkit-repo.sh,

@@ -36,6 +36,13 @@ BUNDLE=${K8S_NODE_BUNDLE:-$LAB_ROOT/.cache/k8s-node}
 # Kubernetes' pause image version (kubeadm's PauseVersion for v1.37) and the
 # image names the roles reference, so IfNotPresent never pulls.
 PAUSE_VERSION=3.10.2
+# xz's preset for the bundle: 9 (the smallest, about 2.5 min of CPU on 2 cores)
+# keeps each carry under the GPU machine's 64 MiB. A bundle only unpacked here
+# (the rehearsal in `make test`; .ci/run sets 1: a fifth of the CPU, about 15 %
+# larger) may take a faster one. The preset is part of the bundle's stamp, so
+# running this script with the default packs again at 9 before a carry.
+XZ_LEVEL=${K8SGPU_PACK_XZ_LEVEL:-9}
+case "$XZ_LEVEL" in [0-9]) ;; *) die "K8SGPU_PACK_XZ_LEVEL=$XZ_LEVEL: give an xz preset, 0 to 9" ;; esac
 
 k8s_node_bin_dir() { echo "$K8SGPU_CACHE/bin/k8s-node-$K8S_VERSION-$(sha256sum lab/k8s-node/main.go | cut -c1-12)"; }
 device_plugin_bin_dir() { echo "$K8SGPU_CACHE/bin/k8s-device-plugin-$DEVICE_PLUGIN_VERSION"; }
@@ -173,33 +180,33 @@ fetch_wheels() {
   log "wheels: $(find "$out" -maxdepth 1 -name '*.whl' | wc -l) in $out"
 }
 
-# The two carries. xz -9: decompressing on the GPU machine takes seconds.
+# The two carries. xz -9 (XZ_LEVEL): decompressing on the GPU machine takes seconds.
 pack() {
   local debian; debian=$(debian_dir)
   local one=$BUNDLE/1 two=$BUNDLE/2
   local stamp
-  stamp="$(basename "$debian") k8s $K8S_VERSION ($(basename "$(k8s_node_bin_dir)")), etcd $ETCD_VERSION, device plugin $DEVICE_PLUGIN_VERSION, pause $PAUSE_VERSION, cuda-vector-add $(cat tests/gpu/cuda-vector-add/* plugins/module_utils/_cuda_driver.py | sha256sum | cut -c1-12), $(tr '\n' ' ' <"$debian/packages"), $(tr '\n' ' ' <"$(wheels_dir)/pins")"
+  stamp="$(basename "$debian") k8s $K8S_VERSION ($(basename "$(k8s_node_bin_dir)")), etcd $ETCD_VERSION, device plugin $DEVICE_PLUGIN_VERSION, pause $PAUSE_VERSION, cuda-vector-add $(cat tests/gpu/cuda-vector-add/* plugins/module_utils/_cuda_driver.py | sha256sum | cut -c1-12), $(tr '\n' ' ' <"$debian/packages"), $(tr '\n' ' ' <"$(wheels_dir)/pins")$([ "$XZ_LEVEL" = 9 ] || echo ", xz -$XZ_LEVEL")"
   if [ -f "$BUNDLE/stamp" ] && [ "$(cat "$BUNDLE/stamp")" = "$stamp" ] && [ -f "$two/images.tar.xz" ]; then
     log "bundle: up to date in $BUNDLE"
   else
     rm -rf "$BUNDLE"; mkdir -p "$one" "$two/images/bin" "$two/images/libc"
-    log "bundle: compressing into $BUNDLE (about 2 min)"
-    xz -T0 -9 -c "$(k8s_node_bin_dir)/k8s-node" >"$one/k8s-node.xz"
-    xz -T0 -9 -c "$(etcd_bin_dir)/etcd" >"$one/etcd.xz"
-    tar -C "$debian/runtime" -cf - containerd containerd-shim-runc-v2 runc | xz -T0 -9 >"$one/containerd.tar.xz"
-    tar -C "$debian/runtime" -cf - ctr | xz -T0 -9 >"$two/ctr.tar.xz"
-    tar -C "$debian/cni" -cf - . | xz -T0 -9 >"$two/cni.tar.xz"
+    log "bundle: compressing into $BUNDLE with xz -$XZ_LEVEL (at 9 about 2.5 min)"
+    xz -T0 "-$XZ_LEVEL" -c "$(k8s_node_bin_dir)/k8s-node" >"$one/k8s-node.xz"
+    xz -T0 "-$XZ_LEVEL" -c "$(etcd_bin_dir)/etcd" >"$one/etcd.xz"
+    tar -C "$debian/runtime" -cf - containerd containerd-shim-runc-v2 runc | xz -T0 "-$XZ_LEVEL" >"$one/containerd.tar.xz"
+    tar -C "$debian/runtime" -cf - ctr | xz -T0 "-$XZ_LEVEL" >"$two/ctr.tar.xz"
+    tar -C "$debian/cni" -cf - . | xz -T0 "-$XZ_LEVEL" >"$two/cni.tar.xz"
     # The images' contents; tests/gpu/k8s-node/mkimage.py assembles them there.
     local work; work=$(mktemp -d)
     mkdir -p "$work/bin"
     cp "$K8SGPU_CACHE/bin/pause-$PAUSE_VERSION/pause" "$(device_plugin_bin_dir)/nvidia-device-plugin" "$work/bin/"
     "$LAB_ROOT/tests/gpu/cuda-vector-add/build.sh" "$work/bin"
     cp -a "$debian/libc" "$work/libc"
-    tar -C "$work" -cf - bin libc | xz -T0 -9 >"$two/images.tar.xz"
+    tar -C "$work" -cf - bin libc | xz -T0 "-$XZ_LEVEL" >"$two/images.tar.xz"
     rm -rf "$work" "$two/images"
     cp -r "$(wheels_dir)" "$two/whl"
     local venv_site; venv_site=$("$LAB_ROOT/.venv/bin/python" -c 'import ansible_collections, os; print(os.path.dirname(ansible_collections.__path__[0]))')
-    tar -C "$venv_site" --exclude=tests --exclude='*.pyc' -cf - ansible_collections/kubernetes/core | xz -T0 -9 >"$two/collections.tar.xz"
+    tar -C "$venv_site" --exclude=tests --exclude='*.pyc' -cf - ansible_collections/kubernetes/core | xz -T0 "-$XZ_LEVEL" >"$two/collections.tar.xz"
     cp -r "$(toolkit_repo_dir)" "$two/toolkit-repo"
     echo "$stamp" >"$BUNDLE/stamp"
   fi
@@ -213,7 +220,7 @@ main() {
     debian) fetch_debian ;;
     pause) build_pause ;;
     wheels) fetch_wheels ;;
-    all) build_k8s_node; "$LAB_ROOT/lab/build-binaries.sh" etcd; "$LAB_ROOT/lab/build-toolkit-repo.sh" >/dev/null
+    all) build_k8s_node; "$LAB_ROOT/lab/build-binaries.sh" etcd toolkit
          build_device_plugin; fetch_debian; build_pause; fetch_wheels; pack ;;
     *) die "usage: $0 [all|k8s-node|device-plugin|debian|pause|wheels]" ;;
   esac
