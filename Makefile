@@ -48,9 +48,33 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 	$(STAMP)
 	ansible-playbook site.yml -i $(INVENTORY)
 
-# molecule needs only the node images, the apt proxy and the toolkit repository
-# (lab-images), not the cluster: it runs while the control plane still builds.
-test: prebuild lint sanity unit cloud molecule lab integration  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
+# lint, sanity and unit first (a few minutes; most failures show there). Then
+# the lab and its integration tests (the longest step, 30-40 min, mostly
+# waiting on the lab's controllers and Prometheus: 5-60 % of 2 cores, about
+# 0.7 core on average) with, beside them, the steps named in INTEGRATION_BESIDE
+# (cloud: moto, 0.8 core; molecule: the node images' containers, no cluster;
+# both cores only while DKMS builds). They share no
+# container, network, namespace or port: molecule's containers are its own, the
+# lab tests use the lab's node containers and API server, cloud only loopback.
+# Their output is shown when they end (log: $(BESIDE_LOG)); make test fails if
+# either side fails; interrupted, it stops both (the side steps run in a
+# process group of their own). Set INTEGRATION_BESIDE= to run every step one after the
+# other (cloud, molecule, lab, integration). molecule needs only the node
+# images, the apt proxy and the toolkit repository (lab-images), not the
+# cluster: it runs while the control plane still builds.
+INTEGRATION_BESIDE ?= cloud molecule
+BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
+test: deps prebuild lint sanity unit  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
+	$(STAMP)
+	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory cloud molecule lab integration; fi; \
+	rc=0; echo "[make $(strip $(INTEGRATION_BESIDE)) started $$(date +%H:%M:%S) beside make lab integration; log: $(BESIDE_LOG)]"; \
+	setsid $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
+	trap 'kill -- -$$beside 2>/dev/null' INT TERM; \
+	$(MAKE) --no-print-directory lab integration || rc=1; \
+	r=0; wait $$beside || r=$$?; \
+	echo "[make $(strip $(INTEGRATION_BESIDE)) ended $$(date +%H:%M:%S), rc $$r; its output:]"; cat $(BESIDE_LOG); \
+	[ $$r -eq 0 ] || rc=1; \
+	exit $$rc
 
 # Started in the background while lint, sanity, unit and cloud run (they leave
 # a core idle most of the time): the Go builds the lab needs
