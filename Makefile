@@ -52,23 +52,25 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # the lab and its integration tests (the longest step, 30-40 min, mostly
 # waiting on the lab's controllers and Prometheus: 5-60 % of 2 cores, about
 # 0.7 core on average) with, beside them, the steps named in INTEGRATION_BESIDE
-# (cloud: moto, 0.8 core; molecule: the node images' containers, no cluster;
-# both cores only while DKMS builds). They share no
-# container, network, namespace or port: molecule's containers are its own, the
-# lab tests use the lab's node containers and API server, cloud only loopback.
-# Their output is shown when they end (log: $(BESIDE_LOG)); make test fails if
-# either side fails; interrupted, it stops both (the side steps run in a
-# process group of their own). Set INTEGRATION_BESIDE= to run every step one after the
-# other (cloud, molecule, lab, integration). molecule needs only the node
-# images, the apt proxy and the toolkit repository (lab-images), not the
-# cluster: it runs while the control plane still builds.
+# (cloud: moto, 0.8 core; molecule: both cores only while DKMS builds). They
+# share no container, network, namespace or port: molecule's containers are its
+# own, the lab tests use the lab's node containers and API server, cloud only
+# loopback. lab-images (node images, apt proxy, toolkit repository: all that
+# molecule needs, not the cluster) runs first, alone: lab.sh up holds lab.sh's
+# lock while it waits for the Go builds (minutes when cold), and molecule must
+# not wait behind it (MOLECULE_NEEDS=venv). The side steps' output is shown
+# when they end (log: $(BESIDE_LOG)); make test fails if either side fails;
+# an interrupt stops both (the side steps run in a process group of their own).
+# INTEGRATION_BESIDE= runs every step one after the other (cloud, molecule,
+# lab, integration).
 INTEGRATION_BESIDE ?= cloud molecule
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
 test: deps prebuild lint sanity unit  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
 	$(STAMP)
 	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory cloud molecule lab integration; fi; \
+	$(MAKE) --no-print-directory lab-images; \
 	rc=0; echo "[make $(strip $(INTEGRATION_BESIDE)) started $$(date +%H:%M:%S) beside make lab integration; log: $(BESIDE_LOG)]"; \
-	setsid $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
+	setsid $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) MOLECULE_NEEDS=venv >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
 	trap 'kill -- -$$beside 2>/dev/null' INT TERM; \
 	$(MAKE) --no-print-directory lab integration || rc=1; \
 	r=0; wait $$beside || r=$$?; \
@@ -123,7 +125,9 @@ cloud: venv  ## cloud modules against a local moto server (tests/cloud; no AWS a
 # others are mostly waiting on apt. Its output is shown when it ends. Set
 # MOLECULE_BESIDE= to run every scenario one after the other.
 MOLECULE_BESIDE ?= driver
-molecule: lab-images  ## molecule scenarios on the lab's Debian images
+# What molecule needs made first (make test, which has made lab-images, sets venv).
+MOLECULE_NEEDS ?= lab-images
+molecule: $(MOLECULE_NEEDS)  ## molecule scenarios on the lab's Debian images
 	$(STAMP)
 	source $(K8SGPU_LAB_STATE)/env; rc=0; beside=(); \
 	for s in $(MOLECULE_BESIDE); do \
