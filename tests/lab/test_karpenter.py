@@ -567,6 +567,9 @@ class TestKarpenterKwok:
                if k not in ("karpenter_gpu_labels", "karpenter_gpu_taints")},
             "device_plugin_namespace": namespace, "device_plugin_name": f"{pool}-dp",
             "device_plugin_node_affinity_label": dp_label,
+            # The device plugin tolerates the test taint too: its rollout on a pool node Karpenter has not removed
+            # yet when the second run starts is then a pod (kwok runs it), not an untolerated node.
+            "device_plugin_extra_tolerations": [{"key": TEST_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}],
             "k8sgpu_eks_verify_namespace": namespace, "k8sgpu_eks_verify_timeout": 120,
             "k8sgpu_eks_verify_require_logs": False}
         creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret"}
