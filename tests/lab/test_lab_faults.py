@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import socket
 import subprocess
 import time
@@ -168,20 +169,36 @@ def test_lab_group_does_not_wait_for_the_tests_builds(tmp_path):
     assert "waiting" not in err and "prometheus" not in err, err
 
 
+def _output_until(proc: subprocess.Popen, text: str, timeout: float = 60) -> str:
+    """proc's stderr up to the first line that contains text; fails after timeout s or at the end of its output.
+    Read from the pipe's descriptor (select, os.read), so the rest stays for communicate()."""
+    fd, seen = proc.stderr.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        left = deadline - time.monotonic()
+        ready = select.select([fd], [], [], max(left, 0))[0]
+        chunk = os.read(fd, 65536) if ready else b""
+        if not chunk:
+            raise AssertionError(f"{proc.args}: nothing with {text!r} in its output after {timeout} s: {seen.decode()}")
+        seen += chunk
+    return seen.decode()
+
+
 def test_a_second_build_of_a_target_waits_for_the_first(tmp_path):
     env = _scratch_cache(tmp_path)
     cache = Path(env["K8SGPU_CACHE"])
     fh = _hold(cache, "etcd")
     try:
         with _builder(env, "etcd") as waiting:
-            time.sleep(2)
+            # It says it waits (was: a fixed 2 s sleep, which a loaded machine could outrun).
+            said = _output_until(waiting, "waiting for it")
             # Another target is not held up by it.
             other = subprocess.run([str(ROOT / "lab" / "build-binaries.sh"), "kwok"], env=env, capture_output=True,
                                    text=True, timeout=60, check=False)
             assert other.returncode == 0 and "kwok v0.99.0: cached" in other.stderr, other.stderr
             assert waiting.poll() is None, "build-binaries.sh etcd did not wait for the running build of etcd"
             fh.close()
-            err = waiting.communicate(timeout=60)[1]
+            err = said + waiting.communicate(timeout=60)[1]
     finally:
         fh.close()
     assert waiting.returncode == 0, err
@@ -212,8 +229,13 @@ def test_lab_sh_lock_is_not_held_by_the_daemons_it_starts(tmp_path):
     first = subprocess.Popen([LAB, "images"], env={**os.environ, "K8SGPU_LAB_NAME": "k8sgpu-faulttest",
                                                    "K8SGPU_LAB_STATE": str(tmp_path / "state"), **env},
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock = tmp_path / "state" / "lab-sh.lock"
     try:
-        time.sleep(0.5)
+        # Until the first holds lab.sh's lock (was: a fixed 0.5 s sleep, which a loaded machine could outrun).
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and subprocess.run(["flock", "-n", str(lock), "true"], check=False).returncode):
+            assert first.poll() is None and time.monotonic() < deadline, "the first lab.sh images never took its lock"
+            time.sleep(0.05)
         second = _lab(tmp_path, "images", **env)  # waits for the first, then fails the same way
         assert "another lab.sh up/images is running" in second.stderr, second.stderr
         assert "the Docker engine could not be started" in second.stderr, second.stderr
@@ -223,7 +245,6 @@ def test_lab_sh_lock_is_not_held_by_the_daemons_it_starts(tmp_path):
         held = [f"{pid}: {os.readlink(fd)}" for pid in pids for fd in Path(f"/proc/{pid}/fd").iterdir()
                 if os.readlink(fd).startswith(str(tmp_path / "state"))]
         assert not held, f"processes lab.sh left running hold its files open (the lock among them): {held}"
-        lock = tmp_path / "state" / "lab-sh.lock"
         free = subprocess.run(["flock", "-n", str(lock), "true"], check=False)
         assert free.returncode == 0, f"{lock} is still held after lab.sh ended"
     finally:
