@@ -65,9 +65,19 @@ def delete_namespace(core, name: str) -> None:
     raise AssertionError(f"namespace {name} not deleted after 60 s")
 
 
+@pytest.fixture(scope="module")
+def deleted_by_the_end(core):
+    """Namespaces a test deleted without waiting (the API server takes 2-10 s per namespace, while the next tests
+    run): each is gone before the next test file starts."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        delete_namespace(core, name)
+
+
 @pytest.fixture
-def fresh(core):
-    """Namespaces absent before the test and deleted after it."""
+def fresh(core, deleted_by_the_end):
+    """Namespaces absent before the test (waited for) and deleted after it (gone by the end of this file)."""
     made = []
 
     def make(name: str) -> str:
@@ -77,7 +87,8 @@ def fresh(core):
 
     yield make
     for name in made:
-        delete_namespace(core, name)
+        _ignore_404(core.delete_namespace, name)
+        deleted_by_the_end.append(name)
 
 
 def bare_pod(name: str, **spec) -> dict:
