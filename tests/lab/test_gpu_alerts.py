@@ -19,6 +19,7 @@ from test_dcgm_exporter import (  # noqa: F401  # pylint: disable=unused-import
     SHARED,
     changed,
     crds,
+    delete_monitoring_crds,
     ext,
     flat,
     namespace,
@@ -112,10 +113,12 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(PROMTOOL), *args], capture_output=True, text=True, check=False)
 
 
-@pytest.fixture
-def rules_file(no_crds, tmp_path):
-    """The rules as the role renders them without the CRD (check mode writes nothing; a real run writes the file)."""
-    path = tmp_path / "out" / "gpu-alerts.rules.yml"
+@pytest.fixture(scope="module")
+def rules_file(ext, tmp_path_factory):
+    """The rules as the role renders them without the CRD (check mode writes nothing; a real run writes the file).
+    Made once per file (three role runs, ~14 s): the tests that use it only read it."""
+    delete_monitoring_crds(ext)
+    path = tmp_path_factory.mktemp("gpu-alerts") / "out" / "gpu-alerts.rules.yml"
     extra = {**ALERT_VARS, "gpu_alerts_rules_file_path": str(path)}
     check = role("gpu_alerts", extra, "--check", "--diff")
     assert check.returncode == 0 and changed(check) > 0, check.stdout[-3000:]
