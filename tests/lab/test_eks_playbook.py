@@ -1,5 +1,5 @@
 """playbooks/eks.yml end to end against moto (the AWS half) and the lab's API server (the Kubernetes half), and the
-fake cluster autoscaler (tests/lab/scale_from_zero.py) that gives the lab a GPU node pool scaling from zero.
+fake cluster autoscaler (tests/support/k8sgpu_testlib/scale_from_zero.py) that gives the lab a GPU node pool scaling from zero.
 
 The fake autoscaler's own tests come first: everything else here relies on it adding a node only for the pods a
 pool of that shape would take, only after the scheduler found them unschedulable, and removing it again.
@@ -18,7 +18,7 @@ from kubernetes import client
 
 from ansible_output import recap
 from conftest import LAB_STATE, ROOT
-from scale_from_zero import FakeAutoscaler
+from k8sgpu_testlib.scale_from_zero import FakeAutoscaler
 
 # tests/cloud's moto fixtures (a ThreadedMotoServer on 127.0.0.1, boto3 clients, a VPC and node role), reused.
 _spec = importlib.util.spec_from_file_location("cloud_conftest", ROOT / "tests" / "cloud" / "conftest.py")

@@ -4,15 +4,14 @@ What runs for real: ansible-playbook with the collection's module, role and k8s_
 kube-apiserver (which validates and stores the driver-installer DaemonSet and the verify Job), its scheduler
 (which leaves the Job's pod Pending - no node matches the pool's selector - while the pool has no node, then binds
 it to the new node) and kwok (which runs the pod on the simulated node). What is stood in for: GKE's API (the contract
-server in tests/cloud, which checks that every request parses into google-cloud-container's proto types) and
-GKE's cluster autoscaler (tests/lab/scale_from_zero.py, which adds a kwok GPU node with the pool's labels and
+server tests/support/k8sgpu_testlib/gke_contract_server.py, which checks that every request parses into google-cloud-container's proto types) and
+GKE's cluster autoscaler (tests/support/k8sgpu_testlib/scale_from_zero.py, which adds a kwok GPU node with the pool's labels and
 GPU taint only once the pod is Pending and unschedulable, and removes it after). The driver installer's pod
 "runs" on a kwok node, so nothing proves that Google's installer image installs a driver.
 """
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
 
@@ -22,10 +21,8 @@ from kubernetes import client
 from ansible_output import recap
 from conftest import ROOT, run
 
-sys.path.insert(0, str(ROOT / "tests" / "cloud"))
-sys.path.insert(0, str(Path(__file__).parent))
-from gke_contract_server import running  # noqa: E402
-from scale_from_zero import FakeAutoscaler  # noqa: E402
+from k8sgpu_testlib.gke_contract_server import running
+from k8sgpu_testlib.scale_from_zero import FakeAutoscaler
 
 PROJECT, REGION = "k8sgpu-lab", "us-central1"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

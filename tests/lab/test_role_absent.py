@@ -208,8 +208,9 @@ def test_device_plugin_absent(dyn, core, fresh_namespace):
     before = snapshot(dyn, fresh_namespace)
     res = role("device_plugin", extra)
     assert res.returncode == 0, res.stdout[-3000:]
-    assert snapshot(dyn, fresh_namespace) - before == {("ConfigMap", fresh_namespace, "nvidia-device-plugin-daemonset-config"),
-                                                        ("DaemonSet", fresh_namespace, "nvidia-device-plugin-daemonset")}
+    assert snapshot(dyn, fresh_namespace) - before == {
+        ("ConfigMap", fresh_namespace, "nvidia-device-plugin-daemonset-config"),
+        ("DaemonSet", fresh_namespace, "nvidia-device-plugin-daemonset")}
     remove_and_compare(dyn, core, "device_plugin", extra, before, fresh_namespace, plant_it=False)
     assert ("ConfigMap", fresh_namespace, planted) in snapshot(dyn, fresh_namespace)
 

@@ -5,8 +5,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k8sgpu.nvidia.plugins.filter.node_labels_by_node import GFD_KEYS, node_labels_by_node
 
-H100 = {"nodename": "gpu-01", "nvidia_gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559,
-                                                "compute_capability": "9.0"}],
+H100 = {"nodename": "gpu-01",
+        "nvidia_gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "compute_capability": "9.0"}],
         "nvidia_driver_version": "580.159.04"}
 HOSTVARS = {
     "gpu-01.example.net": {"ansible_facts": H100, "k8sgpu_node_labels": {"team": "a", "role": None}},
