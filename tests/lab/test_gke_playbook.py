@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import ROOT, run
+from conftest import run
 
 from k8sgpu_testlib.gke_contract_server import running
 from k8sgpu_testlib.scale_from_zero import FakeAutoscaler
