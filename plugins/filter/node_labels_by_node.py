@@ -8,7 +8,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.gpu_labels import gfd_labels
+from ansible_collections.k8sgpu.nvidia.plugins.filter.gfd_labels import gfd_labels
 from ansible_collections.k8sgpu.nvidia.plugins.filter.node_name import node_name
 
 # The labels gpu=true and nvidia.com/gpu.present=true (the device plugin's and the exporter's node affinity).

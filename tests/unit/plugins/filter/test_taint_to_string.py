@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.taints import taint_to_string
+from ansible_collections.k8sgpu.nvidia.plugins.filter.taint_to_string import taint_to_string
 
 
 @pytest.mark.parametrize(

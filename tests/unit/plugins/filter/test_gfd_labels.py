@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.gpu_labels import gfd_labels
+from ansible_collections.k8sgpu.nvidia.plugins.filter.gfd_labels import gfd_labels
 
 # Values as captured on the real H100 (../shared/fixtures/h100/query-gpu.csv, nvidia-smi-q.xml).
 H100 = {
