@@ -148,7 +148,7 @@ def temp_gpu_node(core):
 # --- the counters -------------------------------------------------------------------------------------------------
 
 def _role_counters() -> list[dict]:
-    return yaml.safe_load((ROOT / "roles/dcgm_exporter/defaults/main.yml").read_text())["dcgm_exporter_counters"]
+    return yaml.safe_load((ROOT / "roles/dcgm_exporter/vars/main.yml").read_text())["_dcgm_exporter_default_counters"]
 
 
 def test_counters_hold_every_exporter_default_and_what_the_alerts_need():

@@ -204,8 +204,8 @@ def test_dashboard_queries_parse_and_use_the_exporter_metrics_and_labels():
     import re
 
     dashboard = json.loads(DASHBOARD.read_text())
-    counters = {c["field"] for c in yaml.safe_load((ROOT / "roles/dcgm_exporter/defaults/main.yml").read_text())
-                ["dcgm_exporter_counters"]}
+    counters = {c["field"] for c in yaml.safe_load((ROOT / "roles/dcgm_exporter/vars/main.yml").read_text())
+                ["_dcgm_exporter_default_counters"]}
     queries = _queries(dashboard)
     metrics = {m for q in queries for m in re.findall(r"\b(DCGM_\w+)", q)}
     assert metrics <= counters, metrics - counters  # only what the exporter serves with the role's counters
