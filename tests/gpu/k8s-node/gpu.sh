@@ -10,7 +10,7 @@
 #                    the isolation probe's log (no GPU asked for, NVIDIA_VISIBLE_DEVICES=all)
 #                    and the four time-sliced pods' logs (issue 19)
 #   timeline.jsonl   watch.py's timeline (Node, pods, Jobs, with times)
-#   bench.txt        the measurements (measure.py)
+#   bench.txt        the measurements (measure.py; bench/site_nochange.py's round)
 #   logs.tar.xz      the last lines of each daemon's log
 mkdir -p "$OUT"
 # Everything must end, output written, inside the GPU machine's 10-minute call.
@@ -25,6 +25,7 @@ collect() {
   stop watch
   cat "$STATE"/podlogs/*.log >/dev/null 2>&1 && for f in "$STATE"/podlogs/*.log; do echo "== $(basename "$f")"; cat "$f"; done >>"$OUT/job.log"
   python3 tests/gpu/k8s-node/measure.py "$STATE/times" "$OUT/timeline.jsonl" "$STATE/podlogs" "${NODE_NAME:-?}" 2>&1 | tee "$OUT/bench.txt"
+  [ -f "$STATE/nochange.json" ] && { echo "site.yml with nothing to change, beside ping and by hand (bench/site_nochange.py):"; cat "$STATE/nochange.json"; } >>"$OUT/bench.txt"
   (cd "$LOGS" && for f in *.log; do tail -n 3000 "$f" >"$STATE/tail-$f"; done
    cd "$STATE" && tar -cJf "$OUT/logs.tar.xz" tail-*.log 2>/dev/null)
   echo "== exit status $rc"
@@ -35,7 +36,7 @@ trap collect EXIT
 if ls "$PIDS"/*.pid >/dev/null 2>&1; then
   say "processes of an earlier run: stopping them, removing its cluster state and containerd configuration"
   down
-  rm -rf "$STATE/etcd" "$STATE/facts" "$STATE/podlogs" "$CONTAINERD_CONFIG" "$CONTAINERD_DROP_IN"
+  rm -rf "$STATE/etcd" "$STATE/facts" "$STATE/podlogs" "$STATE/nochange.json" "$CONTAINERD_CONFIG" "$CONTAINERD_DROP_IN"
 fi
 GPU_COUNT=$(nvidia-smi -L | grep -c '^GPU ')
 { echo "== host"; uname -a; nvidia-smi -L; head -1 /proc/driver/nvidia/version; python3 --version
@@ -181,10 +182,14 @@ PY
   if [ "$passed" != "$GPU_COUNT" ] || [ "$buses" != "$GPU_COUNT" ]; then die "not one passing cuda-vector-add Job per GPU"; fi
 fi
 
-echo "== the whole site.yml again (everything in place: the steady-state wall time, changed=0 expected but for the verify Job)"
+echo "== the whole site.yml again, nothing to change, beside ansible -m ping and the same checks by hand (bench/site_nochange.py, one round)"
 mark site_start
-play site site.yml
+{ echo "===== site (bench/site_nochange.py)"
+  timeout 200 python3 bench/site_nochange.py -i tests/gpu/k8s-node/inventory.yml -e "@$STATE/vars.yml" --rounds 1 \
+    --no-converge --allow-changed --kubeconfig "$PKI/admin.kubeconfig" --json "$STATE/nochange.json"; } >>"$PLAYLOG" 2>&1 \
+  || echo "== bench/site_nochange.py failed (playbooks.log)"
 mark site_end
+[ -f "$STATE/nochange.json" ] && { echo "== site.yml with nothing to change (bench/site_nochange.py)"; cat "$STATE/nochange.json"; }
 
 SLICED=$(( 4 * GPU_COUNT ))
 echo "== time-slicing: 4 replicas, the Node must advertise nvidia.com/gpu: $SLICED (4 per GPU)"
