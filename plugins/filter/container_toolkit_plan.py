@@ -13,6 +13,8 @@ from typing import Any, Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._plan_values import as_bool, as_text
+
 # containerd before CRI-O and Docker (dockerd uses containerd).
 RUNTIMES = ("containerd", "crio", "docker")
 UNITS = {"docker": "docker.service", "containerd": "containerd.service", "crio": "crio.service"}
@@ -25,16 +27,6 @@ SETTINGS = ("container_toolkit_packages", "container_toolkit_version", "containe
             "container_toolkit_hold", "container_toolkit_runtimes", "container_toolkit_restart",
             "container_toolkit_isolate_gpus", "container_toolkit_config_settings", "container_toolkit_cdi_spec",
             "container_toolkit_gpu_check")
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
-    return bool(value)
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
 
 
 def installed_runtimes(units: Any) -> list[str]:
@@ -53,7 +45,7 @@ def _config_settings(settings: Mapping) -> dict:
 
     Volume-mount requests stay accepted without isolation, so the device plugin's volume-mounts strategy still works.
     """
-    wanted = {ENVVAR_KEY: not _bool(settings["container_toolkit_isolate_gpus"]), VOLUME_MOUNTS_KEY: True}
+    wanted = {ENVVAR_KEY: not as_bool(settings["container_toolkit_isolate_gpus"]), VOLUME_MOUNTS_KEY: True}
     wanted.update(settings.get("container_toolkit_config_settings") or {})
     return wanted
 
@@ -65,7 +57,7 @@ def _gpu_check(settings: Mapping, runtimes: list[str], installed: list[str], not
         reason = "check mode"
     elif not driver_loaded:
         reason = "no NVIDIA driver loaded"
-    elif not _bool(settings["container_toolkit_gpu_check"]):
+    elif not as_bool(settings["container_toolkit_gpu_check"]):
         reason = "disabled"
     elif "docker" not in runtimes:
         reason = "Docker not configured"
@@ -110,16 +102,16 @@ def container_toolkit_plan(facts: Any, settings: Any, units: Any = None, package
     installed = installed_runtimes(units)
     runtimes = [r for r in RUNTIMES if r in (asked or installed)]
     if driver_loaded is None:
-        driver_loaded = bool(_text(facts.get("nvidia_driver_version") or ""))
-    driver_loaded = _bool(driver_loaded)
-    check_mode = _bool(check_mode)
+        driver_loaded = bool(as_text(facts.get("nvidia_driver_version") or ""))
+    driver_loaded = as_bool(driver_loaded)
+    check_mode = as_bool(check_mode)
 
     toolkit = [str(p) for p in settings["container_toolkit_packages"] or []]
-    wanted = toolkit + ([LEGACY_PACKAGE] if _bool(settings["container_toolkit_nvidia_docker2"]) else [])
-    version = _text(settings["container_toolkit_version"])
+    wanted = toolkit + ([LEGACY_PACKAGE] if as_bool(settings["container_toolkit_nvidia_docker2"]) else [])
+    version = as_text(settings["container_toolkit_version"])
     # "1.20.1" means 1.20.1-* (their Depends pin libnvidia-container to the same); the legacy package unpinned.
     suffix = "" if not version else f"={version}" + ("" if "-" in version else "-*")
-    hold = toolkit if _bool(settings["container_toolkit_hold"]) else []
+    hold = toolkit if as_bool(settings["container_toolkit_hold"]) else []
 
     ready = set((packages or {}).get("ready") or [])
     held = set((packages or {}).get("held") or [])
@@ -134,15 +126,15 @@ def container_toolkit_plan(facts: Any, settings: Any, units: Any = None, package
         install_reason = "every package installed" + (f" at {version}" if version else "")
 
     changes = dict(changes or {})
-    restart = _bool(settings["container_toolkit_restart"])
+    restart = as_bool(settings["container_toolkit_restart"])
     # A runtime whose unit is not installed only has its configuration written.
     to_restart = [r for r in RUNTIMES if r in changes and r in installed] if restart else []
     # Changed but not restarted (no systemd unit, or container_toolkit_restart=false): still on the old configuration.
     not_restarted = [r for r in changes if r not in to_restart]
 
-    isolate = _bool(settings["container_toolkit_isolate_gpus"])
+    isolate = as_bool(settings["container_toolkit_isolate_gpus"])
     cdi_spec = settings["container_toolkit_cdi_spec"]
-    arch = _text(facts.get("architecture"))
+    arch = as_text(facts.get("architecture"))
     return {
         "runtimes_installed": installed,
         "runtimes": runtimes,

@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._plan_values import as_bool, as_text
+
 from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_kernel_modules import driver_kernel_modules
 
 # Debian packages its own driver branch as nvidia-driver (Debian 12: 535, 13: 550) and other branches for
@@ -31,19 +33,9 @@ SETTINGS = ("driver_branch", "driver_version", "driver_kernel_modules", "driver_
             "driver_reboot_boot_time_command")
 
 
-def _bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
-    return bool(value)
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
 def debian_prefix(facts: Mapping, branch: str) -> str:
     """``nvidia-`` for the suite's own branch (or none asked), ``nvidia-tesla-<branch>-`` for another one."""
-    suite = DEBIAN_SUITE_BRANCH.get(_text(facts.get("distribution_major_version")), branch)
+    suite = DEBIAN_SUITE_BRANCH.get(as_text(facts.get("distribution_major_version")), branch)
     return f"nvidia-tesla-{branch}-" if branch and branch != suite else "nvidia-"
 
 
@@ -70,23 +62,23 @@ def _candidates(distribution: str, prefix: str, branch: str) -> list[str]:
 
 def _headers(facts: Mapping, available: Any) -> tuple[str, str]:
     """(package, detail): the running kernel's headers when the sources have them, else the generic ones."""
-    kernel = _text(facts.get("kernel"))
-    if available is None or _bool(available):
+    kernel = as_text(facts.get("kernel"))
+    if available is None or as_bool(available):
         return f"linux-headers-{kernel}", ""
-    arch = _text(facts.get("architecture"))
+    arch = as_text(facts.get("architecture"))
     return (f"linux-headers-{DEBIAN_ARCH.get(arch, arch)}",
             f"no linux-headers-{kernel} in the package sources, so DKMS builds for the distribution kernel")
 
 
 def _reboot(settings: Mapping) -> dict:
     """Whether the role may reboot the host itself (when the new module needs it), and why (not)."""
-    connection = _text(settings.get("ansible_connection")) or "ssh"
-    host = _text(settings.get("inventory_hostname"))
+    connection = as_text(settings.get("ansible_connection")) or "ssh"
+    host = as_text(settings.get("inventory_hostname"))
     if settings.get("driver_reboot") != "reboot":
         return {"allowed": False, "reason": "driver_reboot=report: a needed reboot is only reported"}
     if connection == "local" or host in _LOCAL_HOSTS:
         return {"allowed": False, "reason": "the control host (a local connection) is never rebooted"}
-    if connection in _CONTAINER_CONNECTIONS and not _text(settings.get("driver_reboot_boot_time_command")):
+    if connection in _CONTAINER_CONNECTIONS and not as_text(settings.get("driver_reboot_boot_time_command")):
         return {"allowed": False, "reason": ("a container shares the host's boot_id: rebooted only with "
                                              "driver_reboot_boot_time_command")}
     return {"allowed": True, "reason": "driver_reboot=reboot"}
@@ -111,10 +103,10 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
         raise AnsibleFilterError(f"driver_plan: the settings lack {', '.join(missing)}")
     if packages is not None and not isinstance(packages, Mapping):
         raise AnsibleFilterError(f"driver_plan expects the dpkg_packages result (a dict) or none, got {packages!r}")
-    host = host or _text(settings.get("inventory_hostname"))
-    distribution = _text(facts.get("distribution"))
-    branch = _text(settings["driver_branch"])
-    version = _text(settings["driver_version"])
+    host = host or as_text(settings.get("inventory_hostname"))
+    distribution = as_text(facts.get("distribution"))
+    branch = as_text(settings["driver_branch"])
+    version = as_text(settings["driver_version"])
     no_gpu = settings["driver_no_gpu"]
     prefix = debian_prefix(facts, branch) if distribution == "Debian" else "nvidia-"
     open_packaged = distribution != "Debian" or prefix == "nvidia-"
@@ -123,7 +115,7 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
                                    None if packages is None else packages.get("packages") or {},
                                    branch, host, open_packaged)
     has_gpu = any(d.get("gpu") for d in facts.get("nvidia_pci_devices") or [])
-    loaded = _text(facts.get("nvidia_driver_version") or "")
+    loaded = as_text(facts.get("nvidia_driver_version") or "")
     satisfied = bool(loaded) and (not branch or loaded.split(".", maxsplit=1)[0] == branch) and (
         not version or loaded.startswith(version)) and not kernel["switch"]
     skipped_no_gpu = not has_gpu and no_gpu == "skip"
@@ -141,10 +133,10 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
     version_wanted = version or branch
     versions = {name: version_wanted for name in versioned} if version_wanted else {}
     header_package, header_detail = _headers(facts, headers_available)
-    driver_packages = _packages(distribution, prefix, branch, flavour, _bool(settings["driver_ubuntu_server"]))
+    driver_packages = _packages(distribution, prefix, branch, flavour, as_bool(settings["driver_ubuntu_server"]))
     wanted = driver_packages + [header_package]
     pin = f"={version_wanted}*" if version_wanted else ""
-    hold = [name for name in driver_packages if name.startswith("nvidia")] if _bool(settings["driver_hold"]) else []
+    hold = [name for name in driver_packages if name.startswith("nvidia")] if as_bool(settings["driver_hold"]) else []
 
     ready = set((packages or {}).get("ready") or [])
     held = set((packages or {}).get("held") or [])
@@ -192,8 +184,8 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
         },
         "headers": {"name": header_package, "detail": header_detail},
         "configure": {
-            "blacklist_nouveau": _bool(settings["driver_blacklist_nouveau"]),
-            "persistenced": _bool(settings["driver_persistenced"]),
+            "blacklist_nouveau": as_bool(settings["driver_blacklist_nouveau"]),
+            "persistenced": as_bool(settings["driver_persistenced"]),
             # It can only run with the driver loaded.
             "persistenced_start": bool(facts.get("nvidia_driver_loaded")),
         },
@@ -222,13 +214,13 @@ def driver_outcome(plan: Any, facts: Any, installed_version: Any = "", boot: Any
     if not isinstance(plan, Mapping) or "result" not in plan:
         raise AnsibleFilterError("driver_outcome expects driver_plan's result")
     result = dict(plan["result"])
-    if _bool(check_mode) and plan["install"]["needed"]:
+    if as_bool(check_mode) and plan["install"]["needed"]:
         result["status"] = "would_install"
         return result
-    version = _text(installed_version)
+    version = as_text(installed_version)
     boot = boot or {}
     loaded_now = bool(facts.get("nvidia_driver_loaded")) and version.startswith(
-        _text(facts.get("nvidia_driver_version")) or "-") and (
+        as_text(facts.get("nvidia_driver_version")) or "-") and (
         facts.get("nvidia_kernel_module_flavour") == plan["kernel_modules"]["flavour"])
     # No module file found where modules live: as before, a reboot.
     reboot = not loaded_now and (boot.get("module_time") is None or bool(boot.get("installed_since_boot")))
@@ -238,7 +230,7 @@ def driver_outcome(plan: Any, facts: Any, installed_version: Any = "", boot: Any
         reboot_required=reboot,
         # Why a reboot would not load it.
         detail=result["detail"] if loaded_now or reboot else "; ".join(
-            d for d in (result["detail"], _text(boot.get("detail"))) if d),
+            d for d in (result["detail"], as_text(boot.get("detail"))) if d),
     )
     return result
 
