@@ -140,6 +140,17 @@ def gpu_nodes_outside(nodes: list, daemonset: dict | None, names: list | None = 
                   and str(((n.get("status") or {}).get("capacity") or {}).get(resource) or "0") != "0")
 
 
+# Taints an autoscaler puts on a Node it is removing: no new pod goes there, and the Node is about to go.
+GOING_AWAY_TAINTS = ("karpenter.sh/disrupted", "ToBeDeletedByClusterAutoscaler")
+
+
+def node_going_away(node: dict) -> bool:
+    """True for a Node being deleted or drained for removal by Karpenter or the cluster-autoscaler."""
+    if (node.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    return any(t.get("key") in GOING_AWAY_TAINTS for t in (node.get("spec") or {}).get("taints") or [])
+
+
 def daemonset_node_problems(nodes: list, daemonset: dict | None, pods: list, names: list | None = None,
                             what: str = "pod") -> dict[str, str]:
     """Per GPU Node (see gpu_nodes) without a Ready pod of the DaemonSet, why; {} when every one has one.
@@ -158,6 +169,8 @@ def daemonset_node_problems(nodes: list, daemonset: dict | None, pods: list, nam
         node = by_name.get(name)
         if node is None:
             problems[name] = f"no Node named {name}"
+            continue
+        if node_going_away(node):
             continue
         why = node_not_ready(node) or daemonset_pod_gap(node, by_node.get(name, []), daemonset or {}, what)
         if why:

@@ -84,10 +84,15 @@ def aws(endpoint):
 
 @pytest.fixture(scope="session")
 def network(aws):
-    """A node role ARN and two subnet IDs that exist in moto."""
-    role = aws["iam"].create_role(RoleName="eks-nodes", AssumeRolePolicyDocument=json.dumps({
-        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
-                                                "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
+    """A node role ARN and two subnet IDs that exist in moto. moto's state is the process's: lab test files that load
+    this file each get their own copy of the fixture, so the role may exist already from an earlier file."""
+    iam = aws["iam"]
+    try:
+        role = iam.create_role(RoleName="eks-nodes", AssumeRolePolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                                                    "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
+    except iam.exceptions.EntityAlreadyExistsException:
+        role = iam.get_role(RoleName="eks-nodes")["Role"]["Arn"]
     vpc = aws["ec2"].create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnets = [aws["ec2"].create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24",
                                         AvailabilityZone=f"{REGION}{z}")["Subnet"]["SubnetId"]

@@ -160,3 +160,12 @@ def test_grafana_dashboard_checks_json_shape_and_size():
         m.grafana_dashboard('{"panels": []}', "c.json")
     with pytest.raises(m.MonitoringError, match="d.json is .* bytes; a ConfigMap holds at most"):
         m.grafana_dashboard('{"title": "x", "panels": [], "pad": "' + "x" * m.CONFIGMAP_MAX_BYTES + '"}', "d.json")
+
+
+def test_a_node_an_autoscaler_is_removing_is_no_rollout_problem():
+    from ansible_collections.k8sgpu.nvidia.plugins.module_utils._monitoring import node_going_away
+    assert node_going_away({"spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}})
+    assert node_going_away({"spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]}})
+    assert node_going_away({"metadata": {"deletionTimestamp": "2026-11-25T00:00:00Z"}})
+    assert not node_going_away({"spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}})
+    assert not node_going_away({"spec": {"unschedulable": True}})
