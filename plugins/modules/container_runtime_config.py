@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: container_runtime_config
 short_description: Make the NVIDIA runtime known to containerd or CRI-O, and their default, through nvidia-ctk
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Runs C(nvidia-ctk runtime configure) for containerd (config versions 2 and 3) or CRI-O, which writes the
     C(nvidia) runtime into a drop-in file (by default C(/etc/containerd/conf.d/99-nvidia.toml) or

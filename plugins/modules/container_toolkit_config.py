@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: container_toolkit_config
 short_description: Set keys of the NVIDIA Container Runtime's config.toml through nvidia-ctk config
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Sets keys of the NVIDIA Container Toolkit's own configuration, C(/etc/nvidia-container-runtime/config.toml), which
     C(nvidia-container-runtime) and its hook read at every container start, with

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: cuda_vector_add
 short_description: Run the CUDA samples' vectorAdd test on a node's GPUs, with nothing but the NVIDIA driver
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Runs the CUDA samples' C(vectorAdd) test on each GPU of the node - C = A + B on O(elements) random floats,
     checked element by element on the host within 1e-5, as the sample does - and reports per GPU whether it

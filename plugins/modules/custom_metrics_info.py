@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: custom_metrics_info
 short_description: Whether the custom metrics API is served, which metrics it has, and whether Prometheus answers
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Reads the C(APIService) objects of C(custom.metrics.k8s.io) (by default C(v1beta1) and C(v1beta2)) and their
     C(Available) condition (C(status.conditions), set by the API server's aggregator after it reached the adapter),

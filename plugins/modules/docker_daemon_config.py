@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: docker_daemon_config
 short_description: Merge container runtimes and settings into Docker's daemon.json, keeping every other key
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Adds or updates runtimes (such as C(nvidia)) under the C(runtimes) key of Docker's C(daemon.json), optionally
     makes one the C(default-runtime), and sets other top-level keys, by merging into the existing file. Keys it

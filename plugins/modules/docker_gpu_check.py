@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: docker_gpu_check
 short_description: Run nvidia-smi -L in a Docker container with every GPU, from an image the host already has
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Runs C(docker run --rm --pull never --gpus all <image> nvidia-smi -L), the NVIDIA container toolkit guide's
     check that Docker gives containers the GPUs, and returns the GPUs the container saw.

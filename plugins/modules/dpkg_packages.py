@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: dpkg_packages
 short_description: Read the dpkg status of a few packages (installed, version, hold) and hold them, in one call
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads the dpkg database for the packages in O(names) and O(hold) with one C(dpkg-query -W) and tells which are
     installed at the wanted version (RV(ready)), which are missing, which are at another version and which are held.

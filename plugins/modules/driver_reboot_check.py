@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: driver_reboot_check
 short_description: Whether a host has booted since its NVIDIA kernel module was installed
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Tells a host that must boot to load a newly installed NVIDIA kernel module from one that booted since the
     module was installed and still has no loaded driver, so that a role reboots a host once after an install and

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: eks_cluster
 short_description: Create, update or delete an EKS cluster without nodegroups (the control plane for GPU pools)
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Creates, updates or deletes an Amazon EKS cluster's control plane (C(CreateCluster), C(UpdateClusterConfig),
     C(TagResource), C(UntagResource), C(DeleteCluster)), as C(eksctl create cluster --without-nodegroup) does; the

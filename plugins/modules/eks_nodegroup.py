@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: eks_nodegroup
 short_description: Create, update or delete an EKS managed nodegroup for GPUs, with cluster-autoscaler node-template tags
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Creates, updates or deletes an Amazon EKS managed nodegroup (C(CreateNodegroup), C(UpdateNodegroupConfig),
     C(UpdateNodegroupVersion), C(TagResource), C(UntagResource), C(DeleteNodegroup)) and waits with boto3's waiters

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: eks_pod_identity
 short_description: Create, update or delete an EKS Pod Identity association (an IAM role for a ServiceAccount)
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - Associates an IAM role with a Kubernetes ServiceAccount of an EKS cluster through EKS Pod Identity
     (C(CreatePodIdentityAssociation), C(UpdatePodIdentityAssociation), C(DeletePodIdentityAssociation)), so the

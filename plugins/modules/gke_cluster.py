@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: gke_cluster
 short_description: Create, update or delete a GKE Standard cluster with a small always-on CPU node pool
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Creates, updates or deletes a Google Kubernetes Engine Standard cluster through Google's own client,
     google-cloud-container's C(ClusterManagerClient) over REST (v1 API, C(projects.locations.clusters) -

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: gke_node_pool
 short_description: Create, update or delete a GKE node pool with GPUs (driver install, sharing, MIG, spot, scale from zero)
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Creates, updates or deletes a node pool of a Google Kubernetes Engine cluster through Google's own client,
     google-cloud-container's C(ClusterManagerClient) over REST (v1 API, C(projects.locations.clusters.nodePools)) -

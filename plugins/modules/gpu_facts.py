@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_facts
 short_description: NVIDIA GPU, driver and CUDA facts, with a sysfs fallback when there is no driver
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Sets facts about the host's NVIDIA GPUs and driver - per GPU its index, UUID, name, PCI address, memory,
     compute capability, MIG and persistence modes; the driver and CUDA driver versions; and whether the kernel

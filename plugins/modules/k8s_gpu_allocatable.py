@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: k8s_gpu_allocatable
 short_description: Wait until Nodes advertise allocatable GPUs, and say why not
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Polls the Nodes until every one in O(names) advertises an allocatable O(resource) (C(nvidia.com/gpu) by
     default) greater than zero, or O(timeout) passes.

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: k8s_gpu_verify
 short_description: Run the cuda-vector-add workload as Kubernetes Jobs and report, per node, whether it passed
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Creates one Job (or, with O(per_node), one Job pinned to each Node in O(nodes)) whose pod requests
     O(gpus) C(nvidia.com/gpu) and runs the cuda-vector-add image, waits until every Job finishes or O(timeout)

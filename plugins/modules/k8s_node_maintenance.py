@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: k8s_node_maintenance
 short_description: Cordon and drain a Node as kubectl drain does, within a fleet-wide limit, and wait for it to be back
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - V(cordon) and V(drain) first count the fleet's Nodes out of service (cordoned or NotReady, from the live cluster) and
     refuse, naming them, when taking this Node out too would exceed O(max_unavailable). Then the Node is cordoned,

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: k8s_nodes
 short_description: Set labels and taints on many Kubernetes Nodes in one task
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads the selected Nodes with one LIST call, computes for each what differs from the wanted labels and
     taints, and patches only the Nodes that differ, with concurrent API calls.
@@ -46,7 +46,6 @@ options:
         touch every Node.
     type: bool
     default: false
-    version_added: 0.2.0
   label_selector:
     description:
       - Select Nodes by label, as C(kubectl get nodes -l) does, for example C(node-role.kubernetes.io/control-plane).

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: k8s_rollout_wait
 short_description: Wait for a DaemonSet or Deployment rollout, and name each Node that is not ready and why
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - Polls the workload until its controller has seen the latest spec and every pod it wants runs that spec and is
     available, or O(timeout) seconds (a monotonic clock) pass.

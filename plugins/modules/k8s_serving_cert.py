@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: k8s_serving_cert
 short_description: Keep a CA and a serving certificate for an aggregated API server in a Kubernetes Secret
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - Makes sure the Secret O(namespace)/O(name) (type C(kubernetes.io/tls)) holds C(tls.crt) and C(tls.key), a serving
     certificate for O(dns_names), and C(ca.crt), the CA that signed it, and returns that CA's certificate as
