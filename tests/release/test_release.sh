@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The collection as a user gets it: build the tarball, check it holds nothing development-only, install it
+# (--no-deps, into a temporary collections path) and run every playbook by FQCN from the installed copy:
+# --syntax-check of k8sgpu.nvidia.site and of every playbooks/*.yml, --list-tasks of site, each against the
+# example inventory that ships with it. The dependency collections come from DEPS_COLLECTIONS_PATH (a directory
+# holding ansible_collections/, by default the site-packages of .venv's `ansible` package), nothing from Galaxy;
+# the checkout itself is not on the collections path (checked: the playbook ansible-playbook names must be the
+# installed one).
+#   tests/release/test_release.sh [output dir]   (the tarball stays there; default: a temporary directory)
+# Uses ansible-galaxy/ansible-playbook from PATH (make lint: .venv's ansible-core; make compat: 2.17).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+[ -n "$out" ] || out=$work/dist
+mkdir -p "$out"
+deps=${DEPS_COLLECTIONS_PATH:-$("$repo/.venv/bin/python" -c \
+  'import ansible_collections, os; print(os.path.dirname(list(ansible_collections.__path__)[0]))')}
+[ -d "$deps/ansible_collections/kubernetes/core" ] || { echo "no kubernetes.core under $deps" >&2; exit 1; }
+
+# No ansible.cfg of the checkout (its collections_path holds the checkout): an empty one, from an empty directory.
+: >"$work/ansible.cfg"
+export ANSIBLE_CONFIG=$work/ansible.cfg ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false ANSIBLE_LOCAL_TEMP=$work/tmp \
+  ANSIBLE_HOME=$work/home ANSIBLE_NOCOLOR=1
+version=$(sed -n 's/^version: *//p' "$repo/galaxy.yml")
+tarball=$out/k8sgpu-nvidia-$version.tar.gz
+
+t0=$(date +%s.%N)
+ansible-galaxy collection build --force --output-path "$out" "$repo" >/dev/null
+listing=$(tar tzf "$tarball")
+files=$(grep -vc '/$' <<<"$listing")
+echo "tarball: $tarball, $(stat -c %s "$tarball") bytes, $files files"
+
+# Nothing a user does not run: tests, lab, development files, logs and archives, caches.
+bad=$(grep -E '^(tests|molecule|lab|bench|collections|\.[^/]+|inventories/lab|changelogs/fragments|context)(/|$)|(^|/)(__pycache__|Makefile|ansible\.cfg|pytest\.ini|requirements-[^/]*\.txt)$|^execution-environment\.yml$|^docs(/|$)|\.(pyc|log|jsonl|tar\.xz|tar\.gz|orig|rej)$|^changelogs/\.plugin-cache\.yaml$|^site\.yml$' <<<"$listing" || true)
+if [ -n "$bad" ]; then echo "development-only files in the tarball (galaxy.yml build_ignore):" >&2; echo "$bad" >&2; exit 1; fi
+for need in MANIFEST.json FILES.json README.md LICENSE requirements.txt meta/runtime.yml meta/execution-environment.yml \
+  changelogs/changelog.yaml playbooks/site.yml inventories/example/hosts.yml; do
+  grep -qx "$need" <<<"$listing" || { echo "missing from the tarball: $need" >&2; exit 1; }
+done
+
+ansible-galaxy collection install --no-deps --force -p "$work/installed" "$tarball" >"$work/install.log" 2>&1 \
+  || { cat "$work/install.log" >&2; exit 1; }
+root=$work/installed/ansible_collections/k8sgpu/nvidia
+export ANSIBLE_COLLECTIONS_PATH=$work/installed:$deps
+cd "$work"
+inventory_for() {  # the example inventory of a playbook: inventories/example/<name>/ when there is one
+  if [ -f "$root/inventories/example/$1/hosts.yml" ]; then echo "$root/inventories/example/$1/hosts.yml"
+  else echo "$root/inventories/example/hosts.yml"; fi
+}
+n=0
+for p in "$root"/playbooks/*.yml; do
+  name=$(basename "$p" .yml)
+  res=$(ansible-playbook "k8sgpu.nvidia.$name" --syntax-check -i "$(inventory_for "$name")" 2>&1) \
+    || { echo "k8sgpu.nvidia.$name: syntax check failed:" >&2; echo "$res" >&2; exit 1; }
+  grep -qx "playbook: $p" <<<"$res" || { echo "k8sgpu.nvidia.$name did not run the installed $p:" >&2; echo "$res" >&2; exit 1; }
+  n=$((n + 1))
+done
+tasks=$(ansible-playbook k8sgpu.nvidia.site --list-tasks -i "$(inventory_for site)" 2>&1) \
+  || { echo "k8sgpu.nvidia.site --list-tasks failed:" >&2; echo "$tasks" >&2; exit 1; }
+grep -q "playbook: $root/playbooks/site.yml" <<<"$tasks" || { echo "$tasks" >&2; exit 1; }
+echo "installed collection ($(ansible --version | sed -n 1p)): $n playbooks pass --syntax-check by FQCN," \
+  "k8sgpu.nvidia.site lists $(grep -c 'TAGS:' <<<"$tasks") tasks; $(echo "$(date +%s.%N) - $t0" | bc) s"
