@@ -13,7 +13,7 @@ INVENTORY ?= inventories/lab
 # First line of each step's recipe: when it started (make test's log is its timeline).
 STAMP = @echo "[make $@ started $$(date +%H:%M:%S)]"
 
-.PHONY: help deps venv lab lab-images lab-down lab-status site test prebuild lint sanity unit cloud molecule integration upgrade-test clean-cache
+.PHONY: help deps venv importer-venv compat-venv release-check compat lab lab-images lab-down lab-status site test prebuild lint sanity unit cloud molecule integration upgrade-test clean-cache
 
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -23,6 +23,36 @@ $(VENV)/.installed: requirements-dev.txt
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements-dev.txt
 	touch $@
+
+# galaxy-importer in a venv of its own: it pins its own ansible-core and ansible-lint.
+IMPORTER_VENV ?= $(CURDIR)/.venv-importer
+$(IMPORTER_VENV)/.installed: requirements-importer.txt
+	$(PYTHON) -m venv $(IMPORTER_VENV)
+	$(IMPORTER_VENV)/bin/pip install -q --upgrade pip
+	$(IMPORTER_VENV)/bin/pip install -q -r requirements-importer.txt
+	touch $@
+
+importer-venv: $(IMPORTER_VENV)/.installed
+
+# The lower bound of requires_ansible (meta/runtime.yml): ansible-core 2.17 with what tests/unit needs. The
+# dependency collections are .venv's (the `ansible` package's kubernetes.core and amazon.aws, which accept 2.17),
+# linked into $(COMPAT_VENV)/deps/ansible_collections: on the venv's sys.path (a .pth file) for the unit tests,
+# ANSIBLE_COLLECTIONS_PATH for ansible-playbook. Nothing from Galaxy. tests/release/compat/module_utils_testing.py
+# supplies the unit tests' patch_module_args, which ansible-core has from 2.19 on.
+COMPAT_VENV ?= $(CURDIR)/.venv-compat
+$(COMPAT_VENV)/.installed: requirements-compat.txt tests/release/compat/module_utils_testing.py $(VENV)/.installed
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/pip install -q --upgrade pip
+	$(COMPAT_VENV)/bin/pip install -q -r requirements-compat.txt
+	rm -rf $(COMPAT_VENV)/deps; mkdir -p $(COMPAT_VENV)/deps/ansible_collections
+	src=$$($(VENV)/bin/python -c 'import ansible_collections, os; print(list(ansible_collections.__path__)[0])'); \
+	  for ns in kubernetes amazon; do ln -s $$src/$$ns $(COMPAT_VENV)/deps/ansible_collections/$$ns; done
+	purelib=$$($(COMPAT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
+	  echo $(COMPAT_VENV)/deps >$$purelib/k8sgpu-compat-deps.pth; \
+	  [ -f $$purelib/ansible/module_utils/testing.py ] || cp tests/release/compat/module_utils_testing.py $$purelib/ansible/module_utils/testing.py
+	touch $@
+
+compat-venv: $(COMPAT_VENV)/.installed
 
 deps:  ## install the Debian packages the lab needs (as root) and check Go 1.26+
 	lab/install-deps.sh
@@ -52,7 +82,8 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # the lab and its integration tests (the longest step, 30-40 min, mostly
 # waiting on the lab's controllers and Prometheus: 5-60 % of 2 cores, about
 # 0.7 core on average) with, beside them, the steps named in INTEGRATION_BESIDE
-# (cloud: moto, 0.8 core; molecule: both cores only while DKMS builds). They
+# (cloud: moto, 0.8 core; molecule: both cores only while DKMS builds; compat:
+# ansible-core 2.17's unit tests and syntax checks, one core). They
 # share no container, network, namespace or port: molecule's containers are its
 # own, the lab tests use the lab's node containers and API server, cloud only
 # loopback. lab-images (node images, apt proxy, toolkit repository: all that
@@ -62,12 +93,12 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # when they end (log: $(BESIDE_LOG)); make test fails if either side fails;
 # an interrupt stops both (the side steps run in a process group of their own).
 # INTEGRATION_BESIDE= runs every step one after the other (cloud, molecule,
-# lab, integration).
-INTEGRATION_BESIDE ?= cloud molecule
+# compat, lab, integration).
+INTEGRATION_BESIDE ?= cloud molecule compat
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
 test: deps prebuild lint sanity unit  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
 	$(STAMP)
-	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory cloud molecule lab integration; fi; \
+	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory cloud molecule compat lab integration; fi; \
 	$(MAKE) --no-print-directory lab-images; \
 	rc=0; echo "[make $(strip $(INTEGRATION_BESIDE)) started $$(date +%H:%M:%S) beside make lab integration; log: $(BESIDE_LOG)]"; \
 	setsid $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) MOLECULE_NEEDS=venv >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
@@ -103,10 +134,32 @@ prebuild:
 	@setsid lab/lab.sh images >$(K8SGPU_LAB_STATE)/prebuild-images.log 2>&1 </dev/null & \
 	  echo "lab node images started in the background (log: $(K8SGPU_LAB_STATE)/prebuild-images.log)"
 
-lint: venv  ## ansible-lint, production profile
+lint: venv importer-venv  ## ansible-lint, changelog lint, the release checks (tarball, galaxy-importer, ansible-builder)
 	$(STAMP)
 	ansible-lint --profile production
 	antsibull-changelog lint
+	$(MAKE) --no-print-directory release-check
+
+# The built collection as Galaxy and a user get it (tests/release): its contents, every playbook by FQCN from the
+# installed tarball, galaxy-importer with Galaxy's settings, and `ansible-builder create` of
+# execution-environment.yml against that tarball (next to a copy of the file, so its src resolves there).
+RELEASE_DIR ?= $(CURDIR)/.cache/release
+COLLECTION_TARBALL = $(RELEASE_DIR)/k8sgpu-nvidia-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
+release-check: venv importer-venv
+	$(STAMP)
+	rm -rf $(RELEASE_DIR); mkdir -p $(RELEASE_DIR)
+	tests/release/test_release.sh $(RELEASE_DIR)
+	tests/release/importer.sh $(COLLECTION_TARBALL)
+	cp execution-environment.yml $(RELEASE_DIR)/
+	ansible-builder create -f $(RELEASE_DIR)/execution-environment.yml -c $(RELEASE_DIR)/ee-context >$(RELEASE_DIR)/ansible-builder.log \
+	  || { cat $(RELEASE_DIR)/ansible-builder.log; exit 1; }
+	@echo "ansible-builder create: build context in $(RELEASE_DIR)/ee-context"
+
+compat: compat-venv  ## the requires_ansible lower bound: unit tests and the installed playbooks' syntax check on ansible-core 2.17
+	$(STAMP)
+	PATH=$(COMPAT_VENV)/bin:$$PATH; ansible --version | sed -n 1p; \
+	  pytest -q -p no:cacheprovider tests/unit; \
+	  DEPS_COLLECTIONS_PATH=$(COMPAT_VENV)/deps tests/release/test_release.sh
 
 sanity: venv  ## ansible-test sanity (tests/sanity/run.sh)
 	$(STAMP)
