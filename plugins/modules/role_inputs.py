@@ -1,0 +1,91 @@
+#!/usr/bin/python
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: role_inputs
+short_description: Check the inputs of the role that calls it, beyond what its argument spec can say
+version_added: 1.0.0
+description:
+  - The first task of each role of the collection (and of each of its other entry points). Runs on the controller,
+    after ansible-core's own argument spec validation, with no arguments; the role, its entry point and argument spec
+    come from the task's role.
+  - Validates the values the role will read (role parameters over the host's variables, templated) against the entry
+    point's argument spec, suboptions included (taint and toleration effects, operators).
+  - Refuses a value that the argument spec accepts only by converting it to another kind, a string for a list,
+    a mapping, a boolean or a number, because the role's tasks read the variable as given, not as converted. A number
+    given for a string is accepted.
+  - Applies the checks an argument spec cannot express, each role's own (ranges, percentages, weights, Kubernetes
+    quantities and durations, a driver version of the branch asked for).
+  - Each refusal names the role, the variable (with its path inside a list or mapping), the value given and what is
+    accepted. All refusals of the role are reported together.
+  - Warns about each variable with the role's prefix that no entry point of the role knows (a misspelt name has no
+    effect), naming the closest known variable. A variable with the longer prefix of another role of the
+    collection (V(karpenter_gpu_) from V(karpenter)), a registered result, a fact and the role's own vars are not
+    reported.
+author:
+  - k8sgpu.nvidia contributors
+extends_documentation_fragment:
+  - action_common_attributes
+  - action_common_attributes.conn
+  - action_common_attributes.flow
+options: {}
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  become:
+    support: none
+  bypass_host_loop:
+    support: none
+  connection:
+    support: none
+  check_mode:
+    support: full
+    details: It only reads variables; it never reports a change.
+  delegation:
+    support: none
+  diff_mode:
+    support: none
+  platform:
+    platforms: all
+notes:
+  - Values given as role parameters or extra variables are checked like any other.
+  - The checks run on the values as the role will read them; the task changes no variable.
+"""
+
+EXAMPLES = r"""
+# roles/<role>/tasks/main.yml
+- name: Check the role's inputs
+  k8sgpu.nvidia.role_inputs:
+  tags: [always]
+"""
+
+RETURN = r"""
+role:
+  description: The role checked.
+  returned: always
+  type: str
+  sample: k8sgpu.nvidia.driver
+entry_point:
+  description: Its entry point (C(tasks_from)).
+  returned: always
+  type: str
+  sample: main
+checked:
+  description: The variables of the entry point that were set and checked.
+  returned: when the task heads the entry point's task file
+  type: list
+  elements: str
+  sample: [driver_branch, driver_version]
+errors:
+  description: One message for each refused input.
+  returned: failure
+  type: list
+  elements: str
+  sample:
+    - "driver: driver_version is '535.216.03' but driver_branch is '550'; give a version of the 550 branch (550.*) or leave it empty"
+"""
