@@ -67,8 +67,8 @@ class ActionModule(ActionBase):
         if errors:
             result["failed"] = True
             result["errors"] = errors
-            result["msg"] = "%s (entry point %s): %d input%s refused:\n%s" % (
-                name, entry, len(errors), "" if len(errors) == 1 else "s", "\n".join(errors))
+            result["msg"] = "%s: %s (entry point %s): %d input%s refused:\n%s" % (
+                task_vars.get("inventory_hostname", "?"), name, entry, len(errors), "" if len(errors) == 1 else "s", "\n".join(errors))
         else:
             result["msg"] = "%s (entry point %s): %d input%s checked" % (
                 name, entry, len(values), "" if len(values) == 1 else "s")

@@ -59,7 +59,7 @@ _HOW = {
     "bool": "true or false without quotes (with -e, as JSON: -e '{\"NAME\": true}')",
     "int": "a number without quotes (with -e, as JSON: -e '{\"NAME\": 5}')",
     "float": "a number without quotes (with -e, as JSON)",
-    "str": "a string",
+    "str": "a string (quote it in YAML: 'true', '550')",
 }
 
 
@@ -142,6 +142,8 @@ def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=
     for name, checks in rules.items():
         if name not in values or values[name] is None:
             continue
+        if any(name in message for message in result.error_messages):
+            continue  # the argument spec refused it already
         for rule in checks:
             errors += ["%s: %s" % (role, m) for m in rule(name, values[name], values)]
     warnings = unknown_variables(role, names, options.keys() if known is None else known, sibling_roles, ignore)

@@ -1,0 +1,322 @@
+"""k8sgpu.nvidia.role_inputs' checks (module_utils/_role_inputs.py), one class of input at a time, against the roles'
+real argument specs (meta/argument_specs.yml) and defaults."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _role_inputs as ri
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir() and not p.name.startswith("_"))
+
+
+def specs(role):
+    return yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+
+
+def defaults(role):
+    return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+
+
+def run(role, entry="main", names=(), **values):
+    """check() as the action plugin calls it: the role's defaults (untemplated ones) under the values given."""
+    options = specs(role)[entry]["options"]
+    known = {k for e in specs(role).values() for k in e.get("options") or {}}
+    given = {k: v for k, v in defaults(role).items() if not (isinstance(v, str) and "{{" in v)}
+    given.update(values)
+    return ri.check(role, options, given, names=set(names) | set(values), known=known, sibling_roles=ROLES)
+
+
+def only_error(role, **values):
+    errors, _ = run(role, **values)
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_each_roles_defaults_pass(role):
+    for entry in specs(role):
+        assert run(role, entry) == ([], [])
+
+
+def test_every_role_has_rules_or_nothing_to_range():
+    # every rule names an option of its role's argument spec (a rule for a renamed variable would never run)
+    for role, rules in ri.RULES.items():
+        known = {k for e in specs(role).values() for k in e.get("options") or {}}
+        assert set(rules) <= known, (role, set(rules) - known)
+
+
+# Taints and tolerations: the nested argument specs, as ansible-core's role validation applies them.
+def test_taint_effect_outside_the_choices_is_refused_naming_the_list():
+    error = only_error("karpenter_gpu", karpenter_gpu_taints=[{"key": "nvidia.com/gpu", "value": "true",
+                                                               "effect": "NoScheduleX"}])
+    assert "NoSchedule, PreferNoSchedule, NoExecute" in error and "NoScheduleX" in error
+    assert "karpenter_gpu_taints" in error
+
+
+def test_taint_without_effect_or_with_a_misspelt_field_is_refused():
+    assert "effect" in only_error("karpenter_gpu", karpenter_gpu_startup_taints=[{"key": "a"}])
+    error = only_error("karpenter_gpu", karpenter_gpu_taints=[{"key": "a", "effect": "NoSchedule", "efect": "x"}])
+    assert "efect" in error
+
+
+def test_taint_value_true_unquoted_is_refused_as_a_boolean():
+    error = only_error("karpenter_gpu", karpenter_gpu_taints=[{"key": "nvidia.com/gpu", "value": True,
+                                                               "effect": "NoSchedule"}])
+    assert "karpenter_gpu_taints[0].value is True (bool)" in error and "quote" in error
+
+
+def test_repeated_taint_and_bad_key_are_refused():
+    errors, _ = run("karpenter_gpu", karpenter_gpu_taints=[{"key": "a", "effect": "NoSchedule"},
+                                                           {"key": "a", "effect": "NoSchedule"},
+                                                           {"key": "bad key", "effect": "NoExecute"}])
+    assert any("karpenter_gpu_taints[1] repeats the taint a:NoSchedule" in e for e in errors), errors
+    assert any("karpenter_gpu_taints[2].key is 'bad key'" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("role,var", [("device_plugin", "device_plugin_extra_tolerations"),
+                                      ("dcgm_exporter", "dcgm_exporter_extra_tolerations"),
+                                      ("gpu_metrics_adapter", "gpu_metrics_adapter_tolerations"),
+                                      ("karpenter", "karpenter_tolerations")])
+def test_toleration_effect_and_operator_outside_the_choices_are_refused(role, var):
+    error = only_error(role, **{var: [{"key": "a", "effect": "Sometimes"}]})
+    assert "Sometimes" in error and "NoSchedule, PreferNoSchedule, NoExecute" in error and var in error
+    error = only_error(role, **{var: [{"key": "a", "operator": "Is"}]})
+    assert "Exists, Equal" in error
+
+
+def test_toleration_relations():
+    var = "device_plugin_extra_tolerations"
+    assert "without a key must have operator Exists" in only_error("device_plugin", **{var: [{"effect": "NoSchedule"}]})
+    assert "Exists takes no value" in only_error("device_plugin", **{var: [{"key": "a", "operator": "Exists",
+                                                                          "value": "x"}]})
+    assert "only to effect NoExecute" in only_error("device_plugin", **{var: [{"key": "a", "effect": "NoSchedule",
+                                                                             "tolerationSeconds": 30}]})
+    assert run("device_plugin", **{var: [{"operator": "Exists"}, {"key": "a", "operator": "Equal", "value": "b",
+                                                                  "effect": "NoExecute", "tolerationSeconds": 60}]}) == ([], [])
+
+
+# Quantities
+@pytest.mark.parametrize("good", ["500m", "1", "1Gi", "0.5", "128Mi", "1e3", 2])
+def test_quantity_accepted(good):
+    assert ri.quantity("x", good, {}) == []
+
+
+@pytest.mark.parametrize("bad", ["1GB", "lots", "", "1 Gi", True, "-"])
+def test_quantity_refused(bad):
+    (message,) = ri.quantity("x", bad, {})
+    assert "x is" in message and "Kubernetes quantity" in message
+
+
+def test_resources_quantities_keys_and_request_over_limit():
+    errors, _ = run("device_plugin", device_plugin_resources={"requests": {"cpu": "10 m", "memory": "1Gi"},
+                                                              "limits": {"memory": "512Mi"}, "limit": {}})
+    assert any("device_plugin_resources.requests.cpu is '10 m'" in e for e in errors), errors
+    assert any("device_plugin_resources has 'limit'" in e for e in errors), errors
+    assert any("requests.memory '1Gi' is more than limits.memory '512Mi'" in e for e in errors), errors
+    assert ri.to_number("1Gi") == 2 ** 30 and ri.to_number("500m") == 0.5
+
+
+def test_gke_cpu_request_and_karpenter_limits_and_volume_size():
+    assert "gke_driver_installer_cpu_request is '150 m'" in only_error("gke_driver_installer",
+                                                                       gke_driver_installer_cpu_request="150 m")
+    assert "karpenter_gpu_extra_limits.memory is '1TB'" in only_error("karpenter_gpu",
+                                                                       karpenter_gpu_extra_limits={"memory": "1TB"})
+    error = only_error("karpenter_gpu", karpenter_gpu_block_device_mappings=[{"deviceName": "/dev/xvda",
+                                                                              "ebs": {"volumeSize": "200GB"}}])
+    assert "karpenter_gpu_block_device_mappings[0].ebs.volumeSize is '200GB'" in error
+
+
+# Durations
+@pytest.mark.parametrize("good", ["30s", "5m", "1h30m", "720h", "0s", "1.5h", "300ms"])
+def test_go_duration_accepted(good):
+    assert ri.duration()("x", good, {}) == []
+
+
+@pytest.mark.parametrize("bad", ["5 minutes", "5", "1d", "", 5, "m5"])
+def test_go_duration_refused(bad):
+    (message,) = ri.duration()("x", bad, {})
+    assert "give a duration such as 30s" in message
+
+
+def test_durations_in_roles():
+    assert "karpenter_gpu_consolidate_after is '5 min'" in only_error("karpenter_gpu",
+                                                                      karpenter_gpu_consolidate_after="5 min")
+    assert run("karpenter_gpu", karpenter_gpu_expire_after="Never", karpenter_gpu_consolidate_after="30s") == ([], [])
+    assert "or ''" in only_error("karpenter_gpu", karpenter_gpu_termination_grace_period="2 days")
+    assert "cluster_autoscaler_scale_down_unneeded_time" in only_error(
+        "cluster_autoscaler", cluster_autoscaler_scale_down_unneeded_time="10")
+    assert "Prometheus duration" in only_error("gpu_alerts", gpu_alerts_xid_for="now")
+    assert run("gpu_alerts", gpu_alerts_gpu_count_for="1d") == ([], [])  # Prometheus takes days, Go does not
+    assert "Prometheus duration" in only_error("dcgm_exporter", dcgm_exporter_scrape_interval="15")
+
+
+# Percentages, fractions, weights, ranges
+def test_gpu_autoscaling_target_of_a_utilisation_is_a_percentage():
+    error = only_error("gpu_autoscaling", gpu_autoscaling_target_value=150)
+    assert "gpu_autoscaling_target_value is 150" in error and "from 1 to 100" in error
+    assert "above 0" in only_error("gpu_autoscaling", gpu_autoscaling_target_value=0)
+    assert "Kubernetes quantity" in only_error("gpu_autoscaling", gpu_autoscaling_target_value="sixty")
+    # another metric may go above 100
+    assert run("gpu_autoscaling", gpu_autoscaling_metric="DCGM_FI_DEV_FB_USED", gpu_autoscaling_target_value="20Gi",
+               names=["gpu_autoscaling_metric"]) == ([], [])
+    assert run("gpu_autoscaling", gpu_autoscaling_target_value="500m") == ([], [])
+
+
+def test_gpu_autoscaling_replicas_and_scaling_rules():
+    error = only_error("gpu_autoscaling", gpu_autoscaling_min_replicas=5, gpu_autoscaling_max_replicas=2)
+    assert "gpu_autoscaling_min_replicas is 5, more than gpu_autoscaling_max_replicas 2" in error
+    error = only_error("gpu_autoscaling", gpu_autoscaling_scale_up={"selectPolicy": "Biggest"})
+    assert "Max, Min, Disabled" in error
+    error = only_error("gpu_autoscaling", gpu_autoscaling_scale_down={"policies": [{"type": "Pods", "value": 1,
+                                                                                    "periodSeconds": 3600}]})
+    assert "gpu_autoscaling_scale_down.policies[0].periodSeconds is 3600" in error and "from 1 to 1800" in error
+
+
+@pytest.mark.parametrize("value,ok", [(0, True), (1, True), (100, True), (1000, False), (-1, False), ("50", True),
+                                      (1.5, False)])
+def test_karpenter_weight(value, ok):
+    errors = ri.weight("karpenter_gpu_weight", value, {})
+    assert (errors == []) is ok, errors
+    if not ok:
+        assert "from 1 to 100" in errors[0] and repr(value) in errors[0]
+
+
+def test_karpenter_weight_in_the_role():
+    assert "karpenter_gpu_weight is 1000" in only_error("karpenter_gpu", karpenter_gpu_weight=1000)
+
+
+@pytest.mark.parametrize("value,ok", [(1, True), ("25%", True), ("100%", True), ("0%", False), ("150%", False),
+                                      (0, False), ("half", False), (True, False)])
+def test_node_maintenance_max_unavailable(value, ok):
+    errors, _ = run("node_maintenance", node_maintenance_max_unavailable=value)
+    assert (errors == []) is ok, errors
+
+
+def test_disruption_budget_nodes_percentage_and_reasons():
+    error = only_error("karpenter_gpu", karpenter_gpu_disruption_budgets=[{"nodes": "110%"}])
+    assert "karpenter_gpu_disruption_budgets[0].nodes is '110%'" in error
+    error = only_error("karpenter_gpu", karpenter_gpu_disruption_budgets=[{"nodes": "10%", "reasons": ["Bored"]}])
+    assert "Underutilized, Empty, Drifted" in error
+    assert run("karpenter_gpu", karpenter_gpu_disruption_budgets=[{"nodes": 0, "schedule": "@daily",
+                                                                   "duration": "10m"}]) == ([], [])
+
+
+@pytest.mark.parametrize("role,var,value,text", [
+    ("dcgm_exporter", "dcgm_exporter_port", 70000, "a port from 1 to 65535"),
+    ("gpu_alerts", "gpu_alerts_framebuffer_percent", 120, "a percentage from 1 to 100"),
+    ("gpu_alerts", "gpu_alerts_gpu_temp_celsius", -5, "degrees Celsius"),
+    ("cluster_autoscaler", "cluster_autoscaler_scale_down_utilization_threshold", "1.5", "a fraction from 0 to 1"),
+    ("karpenter", "karpenter_vm_memory_overhead_percent", "7.5%", "a fraction from 0 to 1"),
+    ("device_plugin", "device_plugin_wait_timeout", 0, "seconds 1 or more"),
+    ("verify", "verify_run_as_user", -1, "0 or more"),
+    ("driver", "driver_reboot_timeout", 0, "seconds 1 or more"),
+])
+def test_ranges(role, var, value, text):
+    error = only_error(role, **{var: value})
+    assert "%s is %r" % (var, value) in error and text in error
+
+
+def test_relations_between_fields():
+    assert "not less than dcgm_exporter_probe_period" in only_error("dcgm_exporter", dcgm_exporter_probe_timeout=10,
+                                                                    dcgm_exporter_probe_period=10)
+    assert "not less than gpu_metrics_adapter_cert_validity_days" in only_error(
+        "gpu_metrics_adapter", gpu_metrics_adapter_cert_renew_before_days=800)
+
+
+def test_cluster_autoscaler_expander():
+    assert run("cluster_autoscaler", cluster_autoscaler_expander="priority,least-waste") == ([], [])
+    assert "least-waste" in only_error("cluster_autoscaler", cluster_autoscaler_expander="cheapest")
+
+
+# The driver's branch and version
+def test_driver_version_of_another_branch_is_refused():
+    error = only_error("driver", driver_branch="550", driver_version="535.216.03")
+    assert error == ("driver: driver_version is '535.216.03' but driver_branch is '550'; give a version of the 550 "
+                     "branch (550.*), or another driver_branch, or '' for the newest of the branch")
+
+
+@pytest.mark.parametrize("branch,version", [("550", "550.127.05"), ("535", "535"), ("535", "535.261"), ("", "535.1"),
+                                            ("535", "535.216.01-1~deb12u1"), ("535", ""), (550, "550.54.15")])
+def test_driver_version_of_the_branch_is_accepted(branch, version):
+    assert run("driver", driver_branch=branch, driver_version=version) == ([], [])
+
+
+def test_driver_branch_and_version_format():
+    assert "three digits" in only_error("driver", driver_branch="r550")
+    assert "driver version or its prefix" in only_error("driver", driver_version="latest")
+    assert "55.1" in only_error("driver", driver_branch="550", driver_version="55.1")  # not a prefix of the branch
+
+
+# Values the argument spec would convert: the role reads them as given
+def test_string_for_a_list_is_refused():
+    error = only_error("container_toolkit", container_toolkit_runtimes="docker,containerd")
+    assert error == ("container_toolkit: container_toolkit_runtimes is 'docker,containerd' (str); the role reads it "
+                     "as given, so give a YAML list (for example [a, b]), not a string")
+
+
+def test_string_for_an_int_or_a_bool_is_refused_with_the_json_form():
+    error = only_error("driver", driver_reboot_timeout="600")
+    assert "driver_reboot_timeout is '600' (str)" in error and "-e '{\"driver_reboot_timeout\": 5}'" in error
+    error = only_error("driver", driver_hold="yes")
+    assert "driver_hold is 'yes' (str)" in error and "true or false" in error
+
+
+def test_string_for_a_mapping_is_refused():
+    assert "a YAML mapping" in only_error("verify", verify_node_selector="gpu=true")
+
+
+def test_number_for_a_string_is_accepted():
+    # driver_branch: 550 unquoted reads the same
+    assert run("driver", driver_branch=550) == ([], [])
+    assert run("verify", verify_node_devices=[0, 1]) == ([], [])
+
+
+def test_list_elements_converted_are_named_by_index():
+    error = only_error("verify", verify_node_devices=[0, "1"])
+    assert "verify_node_devices[1] is '1' (str)" in error
+
+
+def test_unconvertible_value_is_the_argument_spec_message():
+    error = only_error("driver", driver_reboot_timeout="soon")
+    assert "driver_reboot_timeout" in error and "int" in error
+
+
+# Unknown variables
+def test_misspelt_variable_warns_with_the_closest_name():
+    errors, warnings = run("driver", names=["driver_brnach"])
+    assert errors == []
+    assert warnings == ["driver: variable driver_brnach is not a variable of the role, so it has no effect; "
+                        "did you mean driver_branch?"]
+
+
+def test_unknown_variable_without_a_close_one_lists_the_variables():
+    (warning,) = ri.unknown_variables("verify", ["verify_zzzzzzzzzzzzzzzzzzzzz"], ["verify_image", "verify_timeout"])
+    assert "the role's variables are verify_image, verify_timeout" in warning
+
+
+def test_variable_of_another_entry_point_is_known():
+    # preflight's main and cluster share their options; node_maintenance's drain knows main's too
+    assert run("node_maintenance", "drain", names=["node_maintenance_step"]) == ([], [])
+
+
+def test_longer_prefix_of_another_role_is_not_unknown():
+    # karpenter_gpu_* belongs to karpenter_gpu, gke_driver_installer_* is not driver_*
+    _, warnings = run("karpenter", names=["karpenter_gpu_weight", "karpenter_gpu_wieght", "karpenter_replcas"])
+    assert warnings == ["karpenter: variable karpenter_replcas is not a variable of the role, so it has no effect; "
+                        "did you mean karpenter_replicas?"]
+    _, warnings = run("karpenter_gpu", names=["karpenter_gpu_wieght", "karpenter_replcas"])
+    assert len(warnings) == 1 and "karpenter_gpu_wieght" in warnings[0] and "karpenter_gpu_weight" in warnings[0]
+    assert run("driver", names=["gke_driver_installer_driver_version"])[1] == []
+
+
+def test_registered_results_and_internal_variables_are_not_user_variables():
+    assert run("driver", names=["_driver_decisions", "__driver_x"])[1] == []
+    assert ri.unknown_variables("driver", ["driver_result"], ["driver_branch"], ignore={"driver_result"}) == []
+
+
+def test_prefix_of_the_fqcn():
+    assert ri.role_prefix("k8sgpu.nvidia.karpenter_gpu") == "karpenter_gpu_"
