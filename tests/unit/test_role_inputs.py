@@ -320,3 +320,15 @@ def test_registered_results_and_internal_variables_are_not_user_variables():
 
 def test_prefix_of_the_fqcn():
     assert ri.role_prefix("k8sgpu.nvidia.karpenter_gpu") == "karpenter_gpu_"
+
+
+def test_template_result_string_for_a_number_is_accepted_but_not_for_a_list():
+    # before ansible-core 2.19 "{{ driver_reboot_timeout | default(1800) }}" renders '1800' for the role's tasks too
+    options = specs("node_maintenance")["main"]["options"]
+    errors, _ = ri.check("node_maintenance", options, {"node_maintenance_reboot_timeout": "1800"},
+                         templated={"node_maintenance_reboot_timeout"})
+    assert errors == []
+    options = specs("container_toolkit")["main"]["options"]
+    errors, _ = ri.check("container_toolkit", options, {"container_toolkit_runtimes": "docker"},
+                         templated={"container_toolkit_runtimes"})
+    assert len(errors) == 1 and "a YAML list" in errors[0]
