@@ -50,8 +50,9 @@ def kind(value):
     return type(value).__name__
 
 
-# Conversions the role does not notice: a number given for a string renders the same; an int for a float.
-_HARMLESS = {("int", "str"), ("float", "str"), ("int", "float")}
+# Conversions the role does not notice: a whole number given for a string renders the same; an int for a float.
+# Not a float for a string: YAML reads 3.10 as the number 3.1 (a version, a tag), so it must be quoted.
+_HARMLESS = {("int", "str"), ("int", "float")}
 
 _HOW = {
     "list": "a YAML list (for example [a, b]), not a string",

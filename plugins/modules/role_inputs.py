@@ -15,8 +15,9 @@ description:
   - Validates the values the role will read (role parameters over the host's variables, templated) against the entry
     point's argument spec, suboptions included (taint and toleration effects, operators).
   - Refuses a value that the argument spec accepts only by converting it to another kind, a string for a list,
-    a mapping, a boolean or a number, because the role's tasks read the variable as given, not as converted. A number
-    given for a string is accepted.
+    a mapping, a boolean or a number, because the role's tasks read the variable as given, not as converted. A whole
+    number given for a string (V(driver_branch: 550)) is accepted; a decimal is not (YAML reads V(3.10) as 3.1).
+    Before ansible-core 2.19, a template's result (always a string there) is accepted for a number or a boolean.
   - Applies the checks an argument spec cannot express, each role's own (ranges, percentages, weights, Kubernetes
     quantities and durations, a driver version of the branch asked for).
   - Each refusal names the role, the variable (with its path inside a list or mapping), the value given and what is

@@ -332,3 +332,9 @@ def test_template_result_string_for_a_number_is_accepted_but_not_for_a_list():
     errors, _ = ri.check("container_toolkit", options, {"container_toolkit_runtimes": "docker"},
                          templated={"container_toolkit_runtimes"})
     assert len(errors) == 1 and "a YAML list" in errors[0]
+
+
+def test_unquoted_decimal_for_a_string_is_refused():
+    # YAML reads pause_tag: 3.10 as the number 3.1
+    error = only_error("gke_driver_installer", gke_driver_installer_pause_tag=3.1)
+    assert "gke_driver_installer_pause_tag is 3.1 (float)" in error and "quote it" in error
