@@ -96,7 +96,7 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # compat, lab, integration).
 INTEGRATION_BESIDE ?= cloud molecule compat
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
-test: deps prebuild lint sanity unit  ## every test: lint, sanity, unit, cloud (moto), molecule, lab integration
+test: deps prebuild lint sanity unit  ## every test: lint, sanity, unit, cloud (moto), molecule, compat (ansible-core 2.17), lab integration
 	$(STAMP)
 	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory cloud molecule compat lab integration; fi; \
 	$(MAKE) --no-print-directory lab-images; \
@@ -145,7 +145,7 @@ lint: venv importer-venv  ## ansible-lint, changelog lint, the release checks (t
 # execution-environment.yml against that tarball (next to a copy of the file, so its src resolves there).
 RELEASE_DIR ?= $(CURDIR)/.cache/release
 COLLECTION_TARBALL = $(RELEASE_DIR)/k8sgpu-nvidia-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
-release-check: venv importer-venv
+release-check: venv importer-venv  ## the built tarball: contents, playbooks by FQCN when installed, galaxy-importer, ansible-builder create
 	$(STAMP)
 	rm -rf $(RELEASE_DIR); mkdir -p $(RELEASE_DIR)
 	tests/release/test_release.sh $(RELEASE_DIR)
@@ -153,7 +153,10 @@ release-check: venv importer-venv
 	cp execution-environment.yml $(RELEASE_DIR)/
 	ansible-builder create -f $(RELEASE_DIR)/execution-environment.yml -c $(RELEASE_DIR)/ee-context >$(RELEASE_DIR)/ansible-builder.log \
 	  || { cat $(RELEASE_DIR)/ansible-builder.log; exit 1; }
-	@echo "ansible-builder create: build context in $(RELEASE_DIR)/ee-context"
+	@t=$(notdir $(COLLECTION_TARBALL)); ctx=$(RELEASE_DIR)/ee-context/_build; \
+	  if [ ! -f $$ctx/collections/$$t ] || ! grep -qx -- "- name: collections/$$t" $$ctx/requirements.yml; then \
+	    echo "execution-environment.yml does not install $$t (galaxy.yml's version): update its src and name"; exit 1; fi; \
+	  echo "ansible-builder create: the build context installs $$t ($(RELEASE_DIR)/ee-context)"
 
 compat: compat-venv  ## the requires_ansible lower bound: unit tests and the installed playbooks' syntax check on ansible-core 2.17
 	$(STAMP)
