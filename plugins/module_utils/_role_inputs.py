@@ -368,8 +368,8 @@ def taints(name, value, values):
         seen.add(pair)
         if not re.match(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
                         str(item.get("key") or "")):
-            out.append("%s[%d].key is %s; give a label-style key such as nvidia.com/gpu" % (name, index,
-                                                                                          _short(item.get("key"))))
+            out.append("%s[%d].key is %s; give a label-style key such as nvidia.com/gpu"
+                       % (name, index, _short(item.get("key"))))
     return out
 
 
@@ -397,14 +397,14 @@ def scaling_rules(name, value, values):
     out = []
     value = value or {}
     if value.get("stabilizationWindowSeconds") is not None:
-        out += in_range(0, 3600, "a whole number of seconds")("%s.stabilizationWindowSeconds" % name,
-                                                             value["stabilizationWindowSeconds"], values)
+        window = in_range(0, 3600, "a whole number of seconds")
+        out += window("%s.stabilizationWindowSeconds" % name, value["stabilizationWindowSeconds"], values)
     for index, policy in enumerate(value.get("policies") or []):
         if not isinstance(policy, Mapping):
             continue
         if policy.get("periodSeconds") is not None:
-            out += in_range(1, 1800, "a whole number of seconds")("%s.policies[%d].periodSeconds" % (name, index),
-                                                                 policy["periodSeconds"], values)
+            period = in_range(1, 1800, "a whole number of seconds")
+            out += period("%s.policies[%d].periodSeconds" % (name, index), policy["periodSeconds"], values)
         if policy.get("value") is not None:
             out += in_range(1, None, "a whole number")("%s.policies[%d].value" % (name, index), policy["value"], values)
     return out

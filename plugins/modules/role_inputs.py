@@ -16,7 +16,7 @@ description:
     point's argument spec, suboptions included (taint and toleration effects, operators).
   - Refuses a value that the argument spec accepts only by converting it to another kind, a string for a list,
     a mapping, a boolean or a number, because the role's tasks read the variable as given, not as converted. A whole
-    number given for a string (V(driver_branch: 550)) is accepted; a decimal is not (YAML reads V(3.10) as 3.1).
+    number given for a string (a V(driver_branch) of V(550)) is accepted; a decimal is not (YAML reads V(3.10) as 3.1).
     Before ansible-core 2.19, a template's result (always a string there) is accepted for a number or a boolean.
   - Applies the checks an argument spec cannot express, each role's own (ranges, percentages, weights, Kubernetes
     quantities and durations, a driver version of the branch asked for).
@@ -27,7 +27,7 @@ description:
     collection (V(karpenter_gpu_) from V(karpenter)), a registered result, a fact and the role's own vars are not
     reported.
 author:
-  - k8sgpu.nvidia contributors
+  - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - action_common_attributes
   - action_common_attributes.conn

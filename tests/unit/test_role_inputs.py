@@ -31,7 +31,7 @@ def run(role, entry="main", names=(), **values):
 
 
 def only_error(role, **values):
-    errors, _ = run(role, **values)
+    errors = run(role, **values)[0]
     assert len(errors) == 1, errors
     return errors[0]
 
@@ -70,9 +70,9 @@ def test_taint_value_true_unquoted_is_refused_as_a_boolean():
 
 
 def test_repeated_taint_and_bad_key_are_refused():
-    errors, _ = run("karpenter_gpu", karpenter_gpu_taints=[{"key": "a", "effect": "NoSchedule"},
-                                                           {"key": "a", "effect": "NoSchedule"},
-                                                           {"key": "bad key", "effect": "NoExecute"}])
+    taints = [{"key": "a", "effect": "NoSchedule"}, {"key": "a", "effect": "NoSchedule"},
+              {"key": "bad key", "effect": "NoExecute"}]
+    errors = run("karpenter_gpu", karpenter_gpu_taints=taints)[0]
     assert any("karpenter_gpu_taints[1] repeats the taint a:NoSchedule" in e for e in errors), errors
     assert any("karpenter_gpu_taints[2].key is 'bad key'" in e for e in errors), errors
 
@@ -91,10 +91,10 @@ def test_toleration_effect_and_operator_outside_the_choices_are_refused(role, va
 def test_toleration_relations():
     var = "device_plugin_extra_tolerations"
     assert "without a key must have operator Exists" in only_error("device_plugin", **{var: [{"effect": "NoSchedule"}]})
-    assert "Exists takes no value" in only_error("device_plugin", **{var: [{"key": "a", "operator": "Exists",
-                                                                          "value": "x"}]})
-    assert "only to effect NoExecute" in only_error("device_plugin", **{var: [{"key": "a", "effect": "NoSchedule",
-                                                                             "tolerationSeconds": 30}]})
+    exists_with_value = [{"key": "a", "operator": "Exists", "value": "x"}]
+    assert "Exists takes no value" in only_error("device_plugin", **{var: exists_with_value})
+    seconds_without_noexecute = [{"key": "a", "effect": "NoSchedule", "tolerationSeconds": 30}]
+    assert "only to effect NoExecute" in only_error("device_plugin", **{var: seconds_without_noexecute})
     assert run("device_plugin", **{var: [{"operator": "Exists"}, {"key": "a", "operator": "Equal", "value": "b",
                                                                   "effect": "NoExecute", "tolerationSeconds": 60}]}) == ([], [])
 
@@ -112,8 +112,8 @@ def test_quantity_refused(bad):
 
 
 def test_resources_quantities_keys_and_request_over_limit():
-    errors, _ = run("device_plugin", device_plugin_resources={"requests": {"cpu": "10 m", "memory": "1Gi"},
-                                                              "limits": {"memory": "512Mi"}, "limit": {}})
+    resources = {"requests": {"cpu": "10 m", "memory": "1Gi"}, "limits": {"memory": "512Mi"}, "limit": {}}
+    errors = run("device_plugin", device_plugin_resources=resources)[0]
     assert any("device_plugin_resources.requests.cpu is '10 m'" in e for e in errors), errors
     assert any("device_plugin_resources has 'limit'" in e for e in errors), errors
     assert any("requests.memory '1Gi' is more than limits.memory '512Mi'" in e for e in errors), errors
@@ -123,8 +123,8 @@ def test_resources_quantities_keys_and_request_over_limit():
 def test_gke_cpu_request_and_karpenter_limits_and_volume_size():
     assert "gke_driver_installer_cpu_request is '150 m'" in only_error("gke_driver_installer",
                                                                        gke_driver_installer_cpu_request="150 m")
-    assert "karpenter_gpu_extra_limits.memory is '1TB'" in only_error("karpenter_gpu",
-                                                                       karpenter_gpu_extra_limits={"memory": "1TB"})
+    error = only_error("karpenter_gpu", karpenter_gpu_extra_limits={"memory": "1TB"})
+    assert "karpenter_gpu_extra_limits.memory is '1TB'" in error
     error = only_error("karpenter_gpu", karpenter_gpu_block_device_mappings=[{"deviceName": "/dev/xvda",
                                                                               "ebs": {"volumeSize": "200GB"}}])
     assert "karpenter_gpu_block_device_mappings[0].ebs.volumeSize is '200GB'" in error
@@ -192,7 +192,7 @@ def test_karpenter_weight_in_the_role():
 @pytest.mark.parametrize("value,ok", [(1, True), ("25%", True), ("100%", True), ("0%", False), ("150%", False),
                                       (0, False), ("half", False), (True, False)])
 def test_node_maintenance_max_unavailable(value, ok):
-    errors, _ = run("node_maintenance", node_maintenance_max_unavailable=value)
+    errors = run("node_maintenance", node_maintenance_max_unavailable=value)[0]
     assert (errors == []) is ok, errors
 
 
@@ -305,10 +305,10 @@ def test_variable_of_another_entry_point_is_known():
 
 def test_longer_prefix_of_another_role_is_not_unknown():
     # karpenter_gpu_* belongs to karpenter_gpu, gke_driver_installer_* is not driver_*
-    _, warnings = run("karpenter", names=["karpenter_gpu_weight", "karpenter_gpu_wieght", "karpenter_replcas"])
+    warnings = run("karpenter", names=["karpenter_gpu_weight", "karpenter_gpu_wieght", "karpenter_replcas"])[1]
     assert warnings == ["karpenter: variable karpenter_replcas is not a variable of the role, so it has no effect; "
                         "did you mean karpenter_replicas?"]
-    _, warnings = run("karpenter_gpu", names=["karpenter_gpu_wieght", "karpenter_replcas"])
+    warnings = run("karpenter_gpu", names=["karpenter_gpu_wieght", "karpenter_replcas"])[1]
     assert len(warnings) == 1 and "karpenter_gpu_wieght" in warnings[0] and "karpenter_gpu_weight" in warnings[0]
     assert run("driver", names=["gke_driver_installer_driver_version"])[1] == []
 
@@ -325,12 +325,12 @@ def test_prefix_of_the_fqcn():
 def test_template_result_string_for_a_number_is_accepted_but_not_for_a_list():
     # before ansible-core 2.19 "{{ driver_reboot_timeout | default(1800) }}" renders '1800' for the role's tasks too
     options = specs("node_maintenance")["main"]["options"]
-    errors, _ = ri.check("node_maintenance", options, {"node_maintenance_reboot_timeout": "1800"},
-                         templated={"node_maintenance_reboot_timeout"})
+    errors = ri.check("node_maintenance", options, {"node_maintenance_reboot_timeout": "1800"},
+                      templated={"node_maintenance_reboot_timeout"})[0]
     assert errors == []
     options = specs("container_toolkit")["main"]["options"]
-    errors, _ = ri.check("container_toolkit", options, {"container_toolkit_runtimes": "docker"},
-                         templated={"container_toolkit_runtimes"})
+    errors = ri.check("container_toolkit", options, {"container_toolkit_runtimes": "docker"},
+                      templated={"container_toolkit_runtimes"})[0]
     assert len(errors) == 1 and "a YAML list" in errors[0]
 
 
