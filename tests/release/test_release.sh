@@ -2,8 +2,9 @@
 # The collection as a user gets it: build the tarball, check it holds nothing development-only, install it
 # (--no-deps, into a temporary collections path) and run every playbook by FQCN from the installed copy:
 # --syntax-check of k8sgpu.nvidia.site and of every playbooks/*.yml, --list-tasks of site, each against the
-# example inventory that ships with it. The dependency collections come from DEPS_COLLECTIONS_PATH (a directory
-# holding ansible_collections/, by default the site-packages of .venv's `ansible` package), nothing from Galaxy;
+# example inventory that ships with it. The dependency collections, only those galaxy.yml declares, come from
+# DEPS_COLLECTIONS_PATH (a directory holding ansible_collections/, by default the site-packages of .venv's
+# `ansible` package), nothing from Galaxy;
 # the checkout itself is not on the collections path (checked: the playbook ansible-playbook names must be the
 # installed one).
 #   tests/release/test_release.sh [output dir]   (the tarball stays there; default: a temporary directory)
@@ -26,7 +27,7 @@ export ANSIBLE_CONFIG=$work/ansible.cfg ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false 
 version=$(sed -n 's/^version: *//p' "$repo/galaxy.yml")
 tarball=$out/k8sgpu-nvidia-$version.tar.gz
 
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 ansible-galaxy collection build --force --output-path "$out" "$repo" >/dev/null
 listing=$(tar tzf "$tarball")
 files=$(grep -vc '/$' <<<"$listing")
@@ -43,7 +44,16 @@ done
 ansible-galaxy collection install --no-deps --force -p "$work/installed" "$tarball" >"$work/install.log" 2>&1 \
   || { cat "$work/install.log" >&2; exit 1; }
 root=$work/installed/ansible_collections/k8sgpu/nvidia
-export ANSIBLE_COLLECTIONS_PATH=$work/installed:$deps
+# Only the collections the tarball declares (MANIFEST.json's dependencies), taken from $deps: a playbook or role
+# that calls an undeclared collection fails its syntax check (unresolved module) instead of finding it there.
+declared=$(python3 -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["collection_info"]["dependencies"]))' \
+  "$root/MANIFEST.json")
+for c in $declared; do
+  ns=${c%%.*}; name=${c#*.}
+  [ -d "$deps/ansible_collections/$ns/$name" ] || { echo "declared dependency $c not under $deps" >&2; exit 1; }
+  mkdir -p "$work/deps/ansible_collections/$ns"; ln -s "$deps/ansible_collections/$ns/$name" "$work/deps/ansible_collections/$ns/$name"
+done
+export ANSIBLE_COLLECTIONS_PATH=$work/installed:$work/deps
 cd "$work"
 inventory_for() {  # the example inventory of a playbook: inventories/example/<name>/ when there is one
   if [ -f "$root/inventories/example/$1/hosts.yml" ]; then echo "$root/inventories/example/$1/hosts.yml"
@@ -60,5 +70,5 @@ done
 tasks=$(ansible-playbook k8sgpu.nvidia.site --list-tasks -i "$(inventory_for site)" 2>&1) \
   || { echo "k8sgpu.nvidia.site --list-tasks failed:" >&2; echo "$tasks" >&2; exit 1; }
 grep -q "playbook: $root/playbooks/site.yml" <<<"$tasks" || { echo "$tasks" >&2; exit 1; }
-echo "installed collection ($(ansible --version | sed -n 1p)): $n playbooks pass --syntax-check by FQCN," \
-  "k8sgpu.nvidia.site lists $(grep -c 'TAGS:' <<<"$tasks") tasks; $(echo "$(date +%s.%N) - $t0" | bc) s"
+echo "installed collection ($(ansible --version | sed -n 1p); dependencies: $declared): $n playbooks pass --syntax-check by FQCN," \
+  "k8sgpu.nvidia.site lists $(grep -c 'TAGS:' <<<"$tasks") tasks; $(( ($(date +%s%N) - t0) / 1000000 )) ms"
