@@ -86,7 +86,13 @@ def conversions(name, given, converted, path=None):
     return []
 
 
-def _short(value, limit=80):
+_SECRET = re.compile(r"proxy|passw|secret|token|credential|private", re.I)
+
+
+def _short(value, limit=80, name=""):
+    """The value for a message, cut to limit characters; hidden for a variable that may hold a secret."""
+    if _SECRET.search(name):
+        return "(a %s, value not shown)" % kind(value)
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -141,7 +147,7 @@ def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=
                     # '1800' for the role's tasks too, which convert it where they use it.
                     continue
                 errors.append("%s: %s is %s (%s); the role reads it as given, so give %s"
-                              % (role, path, _short(value), kind(value), _HOW[want].replace("NAME", name)
+                              % (role, path, _short(value, name=name), kind(value), _HOW[want].replace("NAME", name)
                                  if want in _HOW else want))
     if rules is None:
         rules = RULES.get(role.rsplit(".", 1)[-1], {})

@@ -338,3 +338,8 @@ def test_unquoted_decimal_for_a_string_is_refused():
     # YAML reads pause_tag: 3.10 as the number 3.1
     error = only_error("gke_driver_installer", gke_driver_installer_pause_tag=3.1)
     assert "gke_driver_installer_pause_tag is 3.1 (float)" in error and "quote it" in error
+
+
+def test_a_value_that_may_hold_a_secret_is_not_shown():
+    error = only_error("driver", driver_apt_proxy=["http://user:pass@proxy:3128"])
+    assert "driver_apt_proxy is (a list, value not shown)" in error and "pass@" not in error

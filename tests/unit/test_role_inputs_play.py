@@ -14,10 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def play(tmp_path, tasks, extra=None, check=False):
+def play(tmp_path, tasks, extra=None, check=False, hosts="localhost,"):
     book = tmp_path / "play.yml"
-    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(book),
+    book.write_text(json.dumps([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", hosts, "-c", "local", str(book),
            "--tags", "role_inputs_none", "-e", json.dumps(extra or {})]
     if check:
         cmd.append("--check")
@@ -93,3 +93,28 @@ def test_good_inputs_pass_in_check_mode_changing_nothing(tmp_path, extra):
     rc, out = play(tmp_path, [role("driver")], extra, check=True)
     assert rc == 0, out
     assert "ok=3" in out and "changed=0" in out and "WARNING" not in out
+
+
+def test_each_host_is_named_and_a_warning_comes_once(tmp_path):
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(json.dumps({"all": {"hosts": {"gpu-a": {"ansible_host": "127.0.0.1"},
+                                                   "gpu-b": {"ansible_host": "127.0.0.1",
+                                                             "driver_version": "550.127.05"}},
+                                         "vars": {"driver_branch": "535", "driver_persistnced": False}}}))
+    rc, out = play(tmp_path, [role("driver")], hosts=str(hosts))
+    assert rc == 2, out
+    assert "gpu-b: k8sgpu.nvidia.driver (entry point main): 1 input refused" in out
+    assert "driver_version is '550.127.05' but driver_branch is '535'" in out
+    assert "gpu-a: k8sgpu.nvidia.driver" not in out  # gpu-a's inputs are good
+    assert out.count("variable driver_persistnced is not a variable of the role") == 1, out
+    assert "did you mean driver_persistenced?" in out
+
+
+def test_registered_results_and_set_facts_of_the_prefix_are_not_reported(tmp_path):
+    tasks = [{"ansible.builtin.set_fact": {"driver_result": {"status": "x"}}, "tags": ["always"]},
+             {"ansible.builtin.command": "true", "register": "driver_probe", "changed_when": False,
+              "tags": ["always"]},
+             role("driver")]
+    rc, out = play(tmp_path, tasks, check=True)
+    assert rc == 0, out
+    assert "WARNING" not in out, out
