@@ -45,7 +45,6 @@ class ActionModule(ActionBase):
         # Values as the role reads them: role params over the host's variables, templated.
         values = {k: task_vars[k] for k in options if k in task_vars}
         values.update({k: v for k, v in (getattr(role, "_role_params", None) or {}).items() if k in options})
-        templated = {k for k, v in values.items() if isinstance(v, str) and ("{{" in v or "{%" in v)}
         values = self._templar.template(values)
 
         prefix = role_prefix(short)
@@ -61,7 +60,7 @@ class ActionModule(ActionBase):
         except (OSError, TypeError):
             siblings = []
         errors, warnings = check(short, options, values, names=names, known=known, sibling_roles=siblings,
-                                 ignore=ignore, templated=templated)
+                                 ignore=ignore)
         if warnings:
             result["warnings"] = warnings
         result["checked"] = sorted(values)

@@ -8,9 +8,9 @@ and what is accepted:
 
 * the argument spec itself (types, choices, suboptions of lists of dicts), through ansible-core's
   ArgumentSpecValidator, as the role's own validation task does;
-* a value the argument spec accepts only by converting it to another kind (a string for a list or a mapping, a
-  string for a boolean or a number): the role reads the variable as given, not as converted, so it is refused with
-  the form to give. A number for a string (a branch given as 550) is accepted: it reads the same;
+* a value the argument spec accepts only by converting it into a list or a mapping (a string "a,b"), or into a
+  string from a boolean, a decimal, a list or a mapping (a taint value true, a tag 3.10): the role reads the
+  variable as given, not as converted, so it is refused with the form to give (see _refused());
 * RULES: what an argument spec cannot say (ranges, percentages, Kubernetes quantities and durations, a driver
   version of the branch asked for);
 * variables with the role's prefix that no entry point of the role knows: a warning naming the closest known one.
@@ -50,9 +50,18 @@ def kind(value):
     return type(value).__name__
 
 
-# Conversions the role does not notice: a whole number given for a string renders the same; an int for a float.
-# Not a float for a string: YAML reads 3.10 as the number 3.1 (a version, a tag), so it must be quoted.
-_HARMLESS = {("int", "str"), ("int", "float")}
+# Conversions refused: to a list or a mapping (a string "a,b" for a list: the role's templates would iterate its
+# characters), and to a string from a boolean, a decimal, a list or a mapping (a taint value true becomes "True",
+# a tag 3.10 is the number 3.1 in YAML). A string for a number or a boolean is accepted: it is what -e key=value and
+# INI inventories give, and the roles' tasks convert those where they use them (| int, | bool). A whole number for
+# a string (a branch 550) reads the same.
+def _refused(given_kind, want):
+    if want in ("list", "dict"):
+        return given_kind not in ("none", want)
+    if want == "str":
+        return given_kind in ("bool", "float", "list", "dict")
+    return False
+
 
 _HOW = {
     "list": "a YAML list (for example [a, b]), not a string",
@@ -69,9 +78,7 @@ def conversions(name, given, converted, path=None):
     path = path or name
     kg, kc = kind(given), kind(converted)
     if kg != kc:
-        if (kg, kc) in _HARMLESS or kg == "none":
-            return []
-        return [(path, given, kc)]
+        return [(path, given, kc)] if _refused(kg, kc) else []
     if kg == "dict":
         out = []
         for key in given:
@@ -123,13 +130,12 @@ def unknown_variables(role, names, known, sibling_roles=(), ignore=()):
     return warnings
 
 
-def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=(), rules=None, templated=()):
+def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=(), rules=None):
     """Check one role's inputs. Returns (errors, warnings).
 
     options: the entry point's argument spec options; values: templated values of the options that are set;
     names: every variable name the host has; known: option names of every entry point of the role (default
-    the options' names); rules: {option: [rule, ...]} (default RULES[role name]); templated: the names whose value
-    is a template (before templating).
+    the options' names); rules: {option: [rule, ...]} (default RULES[role name]).
     """
     errors = []
     values = {k: v for k, v in values.items() if k in options}
@@ -142,10 +148,6 @@ def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=
     if not result.error_messages:
         for name, given in values.items():
             for path, value, want in conversions(name, given, result.validated_parameters.get(name)):
-                if name in templated and want in ("bool", "int", "float"):
-                    # A template's result: before ansible-core 2.19 (no native types) "{{ 1800 }}" is the string
-                    # '1800' for the role's tasks too, which convert it where they use it.
-                    continue
                 errors.append("%s: %s is %s (%s); the role reads it as given, so give %s"
                               % (role, path, _short(value, name=name), kind(value), _HOW[want].replace("NAME", name)
                                  if want in _HOW else want))
@@ -286,45 +288,8 @@ def duration(allow=()):
     return rule
 
 
-PROMETHEUS_DURATION_RE = re.compile(r"^(\d+(y|w|d|h|m|s|ms))+$")
-
-
-def prometheus_duration(name, value, values):
-    if isinstance(value, str) and (value == "0" or PROMETHEUS_DURATION_RE.match(value)):
-        return []
-    return ["%s is %s; give a Prometheus duration such as 0s, 30s, 5m or 1h30m (units ms, s, m, h, d, w, y)"
-            % (name, _short(value))]
-
-
 def port(name, value, values):
     return in_range(1, 65535, "a port")(name, value, values)
-
-
-def not_more_than(other):
-    def rule(name, value, values):
-        if other in values and _number(value) is not None and _number(values[other]) is not None \
-                and _number(value) > _number(values[other]):
-            return ["%s is %s, more than %s %s; give at most %s" % (name, _short(value), other,
-                                                                    _short(values[other]), _short(values[other]))]
-        return []
-    return rule
-
-
-def less_than(other):
-    def rule(name, value, values):
-        if other in values and _number(value) is not None and _number(values[other]) is not None \
-                and _number(value) >= _number(values[other]):
-            return ["%s is %s, not less than %s %s; give less than %s" % (name, _short(value), other,
-                                                                          _short(values[other]), _short(values[other]))]
-        return []
-    return rule
-
-
-def driver_branch(name, value, values):
-    if value in ("", None) or re.match(r"^\d{3}$", str(value)):
-        return []
-    return ["%s is %s; give a driver branch, three digits such as 535 or 550, or '' for the distribution's"
-            % (name, _short(value))]
 
 
 def driver_version(name, value, values):
@@ -417,14 +382,13 @@ def scaling_rules(name, value, values):
 
 
 def gpu_target(name, value, values):
-    """The HPA's target: a quantity above 0; a percentage (at most 100) for a utilisation metric."""
-    out = quantity(name, value, values)
-    if out:
-        return out
+    """The HPA's target: above 0; a percentage (at most 100) for a utilisation metric."""
     number = to_number(value)
+    if number is None:
+        return []  # not a quantity: the role's preflight names it with its other settings
     metric = values.get("gpu_autoscaling_object_metric" if values.get("gpu_autoscaling_metric_type") == "object"
                         else "gpu_autoscaling_metric") or ""
-    if number is None or number <= 0:
+    if number <= 0:
         return ["%s is %s; give a target above 0" % (name, _short(value))]
     if "UTIL" in str(metric) and number > 100:
         return ["%s is %s; %s is a utilisation in percent, so give a target from 1 to 100" % (name, _short(value), metric)]
@@ -448,6 +412,11 @@ def fraction(name, value, values):
 _SECONDS = in_range(1, None, "a whole number of seconds")
 _NONNEG = in_range(0, None, "a whole number")
 
+# Settings the roles check themselves, before any change, with messages the lab tests assert, are left to them:
+# dcgm_exporter's port, intervals and probes; device_plugin_time_slicing_replicas; driver_branch's form;
+# gpu_alerts' durations and framebuffer_percent (filter gpu_alert_rules); gpu_autoscaling's replicas and the
+# target's form; gpu_metrics_adapter's relist interval and certificate days; karpenter_removal_timeout;
+# karpenter_gpu's GPU limit and durations; node_maintenance's settings (tasks/settings.yml).
 RULES = {
     "cluster_autoscaler": {
         "cluster_autoscaler_scale_down_unneeded_time": [duration()],
@@ -461,25 +430,16 @@ RULES = {
         "container_toolkit_apt_lock_timeout": [_NONNEG],
     },
     "dcgm_exporter": {
-        "dcgm_exporter_port": [port],
-        "dcgm_exporter_collect_interval_ms": [in_range(100, None, "milliseconds")],
         "dcgm_exporter_extra_tolerations": [tolerations],
         "dcgm_exporter_resources": [resources],
-        "dcgm_exporter_probe_initial_delay": [_NONNEG],
-        "dcgm_exporter_probe_period": [_SECONDS],
-        "dcgm_exporter_probe_timeout": [_SECONDS, less_than("dcgm_exporter_probe_period")],
-        "dcgm_exporter_probe_failure_threshold": [in_range(1, None, "a whole number")],
-        "dcgm_exporter_scrape_interval": [prometheus_duration],
         "dcgm_exporter_wait_timeout": [_SECONDS],
     },
     "device_plugin": {
-        "device_plugin_time_slicing_replicas": [in_range(0, 1024, "a number of replicas per GPU")],
         "device_plugin_extra_tolerations": [tolerations],
         "device_plugin_resources": [resources],
         "device_plugin_wait_timeout": [_SECONDS],
     },
     "driver": {
-        "driver_branch": [driver_branch],
         "driver_version": [driver_version],
         "driver_reboot_timeout": [_SECONDS],
         "driver_apt_lock_timeout": [_NONNEG],
@@ -488,36 +448,20 @@ RULES = {
         "gke_driver_installer_cpu_request": [quantity],
     },
     "gpu_alerts": {
-        "gpu_alerts_target_down_for": [prometheus_duration],
-        "gpu_alerts_xid_for": [prometheus_duration],
-        "gpu_alerts_gpu_temp_for": [prometheus_duration],
-        "gpu_alerts_memory_temp_for": [prometheus_duration],
-        "gpu_alerts_ecc_dbe_for": [prometheus_duration],
-        "gpu_alerts_row_remap_for": [prometheus_duration],
-        "gpu_alerts_framebuffer_for": [prometheus_duration],
-        "gpu_alerts_gpu_count_for": [prometheus_duration],
         "gpu_alerts_gpu_temp_celsius": [in_range(1, 150, "a temperature in degrees Celsius")],
         "gpu_alerts_memory_temp_celsius": [in_range(1, 150, "a temperature in degrees Celsius")],
-        "gpu_alerts_framebuffer_percent": [in_range(1, 100, "a percentage")],
         "gpu_alerts_gpu_replicas": [in_range(1, None, "a whole number")],
     },
     "gpu_autoscaling": {
-        "gpu_autoscaling_min_replicas": [in_range(1, None, "a whole number"),
-                                         not_more_than("gpu_autoscaling_max_replicas")],
-        "gpu_autoscaling_max_replicas": [in_range(1, None, "a whole number")],
         "gpu_autoscaling_target_value": [gpu_target],
         "gpu_autoscaling_scale_up": [scaling_rules],
         "gpu_autoscaling_scale_down": [scaling_rules],
-        "gpu_autoscaling_metrics_api_wait": [_NONNEG],
     },
     "gpu_metrics_adapter": {
         "gpu_metrics_adapter_replicas": [in_range(1, None, "a whole number")],
         "gpu_metrics_adapter_tolerations": [tolerations],
         "gpu_metrics_adapter_resources": [resources],
-        "gpu_metrics_adapter_relist_interval": [duration()],
         "gpu_metrics_adapter_external_port": [port],
-        "gpu_metrics_adapter_cert_validity_days": [in_range(1, None, "a number of days")],
-        "gpu_metrics_adapter_cert_renew_before_days": [_NONNEG, less_than("gpu_metrics_adapter_cert_validity_days")],
         "gpu_metrics_adapter_wait_timeout": [_SECONDS],
     },
     "karpenter": {
@@ -529,28 +473,15 @@ RULES = {
         "karpenter_resources": [resources],
         "karpenter_tolerations": [tolerations],
         "karpenter_pdb_max_unavailable": [count_or_percent(0)],
-        "karpenter_removal_timeout": [_SECONDS],
     },
     "karpenter_gpu": {
         "karpenter_gpu_taints": [taints],
         "karpenter_gpu_startup_taints": [taints],
-        "karpenter_gpu_gpu_limit": [_NONNEG],
         "karpenter_gpu_extra_limits": [quantities],
         "karpenter_gpu_weight": [weight],
-        "karpenter_gpu_consolidate_after": [duration(("Never",))],
-        "karpenter_gpu_expire_after": [duration(("Never",))],
-        "karpenter_gpu_termination_grace_period": [duration(("",))],
         "karpenter_gpu_disruption_budgets": [disruption_budgets],
         "karpenter_gpu_block_device_mappings": [block_device_mappings],
         "karpenter_gpu_delete_timeout": [_SECONDS],
-    },
-    "node_maintenance": {
-        "node_maintenance_max_unavailable": [count_or_percent(1)],
-        "node_maintenance_drain_timeout": [_SECONDS],
-        "node_maintenance_drain_retry_delay": [in_range(0, None, "seconds")],
-        "node_maintenance_reboot_timeout": [_SECONDS],
-        "node_maintenance_wait_timeout": [_SECONDS],
-        "node_maintenance_expected_gpus": [_NONNEG],
     },
     "verify": {
         "verify_node_devices": [lambda n, v, vs: [m for i, d in enumerate(v or []) for m in _NONNEG("%s[%d]" % (n, i), d, vs)]],

@@ -14,12 +14,14 @@ description:
     come from the task's role.
   - Validates the values the role will read (role parameters over the host's variables, templated) against the entry
     point's argument spec, suboptions included (taint and toleration effects, operators).
-  - Refuses a value that the argument spec accepts only by converting it to another kind, a string for a list,
-    a mapping, a boolean or a number, because the role's tasks read the variable as given, not as converted. A whole
-    number given for a string (a V(driver_branch) of V(550)) is accepted; a decimal is not (YAML reads V(3.10) as 3.1).
-    Before ansible-core 2.19, a template's result (always a string there) is accepted for a number or a boolean.
+  - Refuses a value that the argument spec accepts only by converting it into a list or a mapping (a string
+    V(docker,containerd) for a list), or into a string from a boolean, a decimal, a list or a mapping (a taint
+    value V(true) unquoted, a tag V(3.10), which YAML reads as the number 3.1), because the role's tasks read the
+    variable as given, not as converted. A string for a number or a boolean (what C(-e key=value) and INI
+    inventories give) and a whole number for a string (a V(driver_branch) of V(550)) are accepted.
   - Applies the checks an argument spec cannot express, each role's own (ranges, percentages, weights, Kubernetes
-    quantities and durations, a driver version of the branch asked for).
+    quantities and durations, a driver version of the branch asked for, relations inside tolerations and taints).
+    Settings a role already checks in its own preflight, before any change, are left to it.
   - Each refusal names the role, the variable (with its path inside a list or mapping), the value given and what is
     accepted. All refusals of the role are reported together.
   - Warns about each variable with the role's prefix that no entry point of the role knows (a misspelt name has no

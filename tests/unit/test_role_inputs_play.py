@@ -14,13 +14,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def play(tmp_path, tasks, extra=None, check=False, hosts="localhost,"):
+def play(tmp_path, tasks, extra=None, check=False, hosts="localhost,", args=()):
     book = tmp_path / "play.yml"
     book.write_text(json.dumps([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", hosts, "-c", "local", str(book),
            "--tags", "role_inputs_none", "-e", json.dumps(extra or {})]
     if check:
         cmd.append("--check")
+    cmd += list(args)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
                ANSIBLE_PYTHON_INTERPRETER=sys.executable)
@@ -118,3 +119,10 @@ def test_registered_results_and_set_facts_of_the_prefix_are_not_reported(tmp_pat
     rc, out = play(tmp_path, tasks, check=True)
     assert rc == 0, out
     assert "WARNING" not in out, out
+
+
+def test_key_value_extra_vars_strings_for_numbers_and_booleans_pass(tmp_path):
+    # -e key=value gives strings; the roles' tasks convert them where they use them
+    rc, out = play(tmp_path, [role("driver")], check=True,
+                   args=["-e", "driver_reboot_timeout=600", "-e", "driver_hold=false", "-e", "driver_branch=550"])
+    assert rc == 0 and "WARNING" not in out, out
