@@ -332,3 +332,12 @@ def test_unquoted_decimal_for_a_string_is_refused():
 def test_a_value_that_may_hold_a_secret_is_not_shown():
     error = only_error("driver", driver_apt_proxy=["http://user:pass@proxy:3128"])
     assert "driver_apt_proxy is (a list, value not shown)" in error and "pass@" not in error
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_each_entry_point_starts_with_the_check(role):
+    for entry in specs(role):
+        tasks = yaml.safe_load((ROOT / "roles" / role / "tasks" / (entry + ".yml")).read_text())
+        first = tasks[0]
+        assert "k8sgpu.nvidia.role_inputs" in first, (role, entry, first)
+        assert first.get("tags") == ["always"], (role, entry, first)
