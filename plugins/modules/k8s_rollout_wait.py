@@ -55,9 +55,18 @@ options:
     type: str
     default: pod
   gpu_resource:
-    description: The extended resource whose Nodes RV(nodes_outside) lists.
+    description: The extended resource whose Nodes RV(nodes_outside) lists, and which O(wait_allocatable) waits for.
     type: str
     default: nvidia.com/gpu
+  wait_allocatable:
+    description:
+      - With a DaemonSet that rolled out with no Node in RV(problems), also wait, within the same O(timeout) (counted
+        from the start), until every Node in O(nodes) advertises allocatable O(gpu_resource), as
+        M(k8sgpu.nvidia.k8s_gpu_allocatable) does. The counts are returned in RV(allocatable); a Node still without
+        any does not fail the task (call M(k8sgpu.nvidia.k8s_gpu_allocatable) then, which names why).
+      - Saves the device plugin's wait a second module call where everything is in place.
+    type: bool
+    default: false
 requirements:
   - kubernetes >= 24.2.0 (Python)
 notes:
@@ -97,6 +106,11 @@ status:
   returned: always
   type: dict
   sample: {desiredNumberScheduled: 2, numberReady: 2}
+allocatable:
+  description: Per Node in O(nodes), its allocatable O(gpu_resource) at the last check.
+  returned: with O(wait_allocatable), when the DaemonSet rolled out with no Node in RV(problems)
+  type: dict
+  sample: {gpu-01: 8, gpu-02: 8}
 waited:
   description: Seconds spent waiting.
   returned: always
@@ -112,6 +126,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
     k8s_module,
     raw_json,
 )
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_gpu import allocatable
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._monitoring import (
     daemonset_node_problems,
     daemonset_rolled_out,
@@ -136,6 +151,7 @@ def main() -> None:
         nodes=dict(type="list", elements="str", default=[]),
         what=dict(type="str", default="pod"),
         gpu_resource=dict(type="str", default="nvidia.com/gpu"),
+        wait_allocatable=dict(type="bool", default=False),
     )
     module = k8s_module(argument_spec, supports_check_mode=True)
     p = module.params
@@ -170,9 +186,21 @@ def main() -> None:
             pods = (read(f"/api/v1/namespaces/{ns}/pods", label_selector=selector) or {}).get("items") or []
         problems = daemonset_node_problems(nodes, live, pods, p["nodes"], p["what"])
         outside = gpu_nodes_outside(nodes, live, p["nodes"], p["gpu_resource"])
+    counts = None
+    if kind == "DaemonSet" and p["wait_allocatable"] and rolled_out and not problems:
+        while True:
+            by_name = {n["metadata"]["name"]: n for n in nodes}
+            counts = {n: allocatable(by_name[n], p["gpu_resource"]) if n in by_name else 0 for n in p["nodes"]}
+            waited = round(time.monotonic() - start, 1)
+            if all(counts.values()) or waited >= p["timeout"]:
+                break
+            time.sleep(max(1, p["sleep"]))
+            nodes = (read("/api/v1/nodes") or {}).get("items") or []
     status = (live or {}).get("status") or {}
     result = dict(changed=False, rolled_out=rolled_out, problems=problems, nodes_outside=outside, status=status,
                   waited=waited)
+    if counts is not None:
+        result["allocatable"] = counts
     if rolled_out and not problems:
         module.exit_json(**result)
     state = "rolled out" if rolled_out else f"did not finish rolling out in {p['timeout']} s"
