@@ -24,10 +24,9 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from k8sgpu_testlib.monitoring_lab import LAB_STATE, Chain, run_role, wait_for
+from k8sgpu_testlib.monitoring_lab import LAB_STATE, Chain, hpa_sync_period_s, run_role, wait_for
 
 NS = "k8sgpu-bench-hpa"
-HPA_SYNC_S = 15.0  # kube-controller-manager --horizontal-pod-autoscaler-sync-period default (the lab sets none)
 
 
 def deployment(name: str) -> dict:
@@ -45,6 +44,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--scrape-interval", default="5s")
     args = parser.parse_args()
+    sync_s = hpa_sync_period_s()  # the lab's kube-controller-manager --horizontal-pod-autoscaler-sync-period
     kubeconfig = str(LAB_STATE / "kubeconfig")
     api = config.new_client_from_config(config_file=kubeconfig)
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
@@ -75,14 +75,14 @@ def main() -> None:
         results: dict[str, list[float]] = {"up": [], "down": []}
         for _run in range(args.runs):
             for step, value, done in (("up", 90, lambda: spec_replicas() > 1), ("down", 0, lambda: spec_replicas() == 1)):
-                time.sleep(random.uniform(1, HPA_SYNC_S))  # a random phase against the HPA's and Prometheus' clocks
+                time.sleep(random.uniform(1, sync_s))  # a random phase against the HPA's and Prometheus' clocks
                 start = time.monotonic()
                 chain.standin.set("DCGM_FI_DEV_GPU_UTIL", value, namespace=NS)
                 wait_for(f"scale {step}", done, 180, interval=0.2)
                 results[step].append(round(time.monotonic() - start, 1))
-        floor = scrape_s + HPA_SYNC_S
+        floor = scrape_s + sync_s
         report = {
-            "scrape_interval_s": scrape_s, "hpa_sync_period_s": HPA_SYNC_S, "floor_s": floor,
+            "scrape_interval_s": scrape_s, "hpa_sync_period_s": sync_s, "floor_s": floor,
             "expected_mean_s": floor / 2,
             **{f"{step}_s": times for step, times in results.items()},
             **{f"{step}_median_s": statistics.median(times) for step, times in results.items()},

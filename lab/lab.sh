@@ -20,6 +20,10 @@ KUBECONFIG_OUT="$LAB_STATE/kubeconfig"
 KWOK_WORKDIR="$LAB_STATE/kwok"
 KWOK_CLUSTER="$LAB_NAME"
 
+# The HPA controller's sync period (kube-controller-manager's default: 15s). Shorter in the lab so that the HPA
+# tests wait less at each step; bench/hpa_latency.py reads the running value (k8sgpu_testlib.lab).
+HPA_SYNC_PERIOD="${K8SGPU_LAB_HPA_SYNC_PERIOD:-5s}"
+
 # GPU node containers: name:debian-suite. Each is also a kwok Node.
 GPU_NODES=("$LAB_NAME-gpu-1:bookworm" "$LAB_NAME-gpu-2:trixie")
 GPU_PER_NODE="${K8SGPU_LAB_GPUS_PER_NODE:-8}"
@@ -234,10 +238,46 @@ aggregation_configured() {
     -o jsonpath='{.data.requestheader-allowed-names}' 2>/dev/null | grep -q kwok-admin
 }
 
+# The running kube-controller-manager's command line (NUL-separated), from kwokctl's pid file.
+controller_manager_cmdline() {
+  local pidf="$KWOK_WORKDIR/clusters/$KWOK_CLUSTER/pids/kube-controller-manager.pid"
+  pid_alive "$pidf" && cat "/proc/$(cat "$pidf")/cmdline"
+}
+
+controller_manager_configured() {
+  controller_manager_cmdline | tr '\0' '\n' | grep -qx -- "--horizontal-pod-autoscaler-sync-period=$HPA_SYNC_PERIOD"
+}
+
+# A lab started before HPA_SYNC_PERIOD was set (or with another value): only kube-controller-manager is started
+# again, with the same arguments and the new period (the API server and etcd stay up; the new process writes
+# kwokctl's pid file, so `lab down` stops it as before). A controller manager that is not running: the cluster is
+# made again.
+restart_controller_manager() {
+  local dir="$KWOK_WORKDIR/clusters/$KWOK_CLUSTER" arg args=()
+  while IFS= read -r -d '' arg; do
+    case "$arg" in --horizontal-pod-autoscaler-sync-period=*) ;; *) args+=("$arg") ;; esac
+  done < <(controller_manager_cmdline)
+  [ "${#args[@]}" -gt 0 ] || return 1
+  log "cluster: starting kube-controller-manager again with --horizontal-pod-autoscaler-sync-period=$HPA_SYNC_PERIOD"
+  stop_pidfile "$dir/pids/kube-controller-manager.pid" kube-controller-manager
+  # The subshell becomes the controller manager (exec; setsid without a fork, the subshell leading no group), so
+  # $! is its pid.
+  (cd "$dir" || exit 1; exec setsid "${args[@]}" "--horizontal-pod-autoscaler-sync-period=$HPA_SYNC_PERIOD" \
+     >>"$dir/logs/kube-controller-manager.log" 2>&1 </dev/null) &
+  echo $! >"$dir/pids/kube-controller-manager.pid"
+  local i
+  for i in $(seq 1 50); do controller_manager_configured && return 0; sleep 0.2; done
+  return 1
+}
+
 start_cluster() {
   if [ -f "$KUBECONFIG_OUT" ] && cluster_up; then
-    if aggregation_configured; then log "cluster: API server ready"; return; fi
-    log "cluster: the running API server lacks the aggregation layer's request-header flags; recreating it"
+    if aggregation_configured; then
+      if controller_manager_configured || restart_controller_manager; then log "cluster: API server ready"; return; fi
+      log "cluster: kube-controller-manager is not running; recreating the cluster"
+    else
+      log "cluster: the running API server lacks the aggregation layer's request-header flags; recreating it"
+    fi
     kwokctl delete cluster --name "$KWOK_CLUSTER" >/dev/null 2>&1 || true
   fi
   local owner
@@ -257,6 +297,7 @@ start_cluster() {
     --extra-args "kube-apiserver=requestheader-username-headers=X-Remote-User"
     --extra-args "kube-apiserver=requestheader-group-headers=X-Remote-Group"
     --extra-args "kube-apiserver=requestheader-extra-headers-prefix=X-Remote-Extra-"
+    --extra-args "kube-controller-manager=horizontal-pod-autoscaler-sync-period=$HPA_SYNC_PERIOD"
   )
   if ! kwokctl create cluster --name "$KWOK_CLUSTER" --runtime binary \
       "${aggregation[@]}" \
@@ -430,6 +471,19 @@ cmd_node() {
   docker network inspect "$NETWORK" >/dev/null 2>&1 || die "no network $NETWORK: run lab/lab.sh up first"
   start_node_container "$1" "$2" "$image"
 }
+
+# The daemons the lab starts (dockerd, apt-cacher-ng, the control plane through kwokctl) would inherit every open
+# descriptor of the caller: started as `flock LOCK lab/lab.sh up`, they would hold LOCK for as long as they run.
+# Only stdin, stdout, stderr and bash's own script descriptor (255) stay open.
+close_inherited_fds() {
+  local fd fds=(/proc/$$/fd/*)
+  for fd in "${fds[@]}"; do
+    fd=${fd##*/}
+    case "$fd" in 0|1|2|255) continue ;; esac
+    eval "exec $fd>&-" 2>/dev/null || true
+  done
+}
+close_inherited_fds
 
 case "${1:-}" in
   up) cmd_up ;;

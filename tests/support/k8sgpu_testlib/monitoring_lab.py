@@ -48,6 +48,31 @@ SHARED = ROOT.parent / "shared"
 COUNTERS_CSV = SHARED / "dcgm-exporter" / "default-counters.csv"
 DASHBOARD_12239 = SHARED / "dcgm-exporter" / "grafana-dashboard-12239.json"
 LAB_NAME = os.environ.get("K8SGPU_LAB_NAME", "k8sgpu-lab")
+# kube-controller-manager's --horizontal-pod-autoscaler-sync-period when the flag is not given.
+HPA_SYNC_DEFAULT_S = 15.0
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s)")
+_GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def go_duration_s(text: str) -> float:
+    """A Go duration (5s, 1m30s, 500ms) in seconds."""
+    parts = _GO_DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a Go duration: {text!r}")
+    return sum(float(n) * _GO_UNITS[u] for n, u in parts)
+
+
+def hpa_sync_period_s() -> float:
+    """The HPA controller's sync period of the lab's running kube-controller-manager (lab/lab.sh sets
+    --horizontal-pod-autoscaler-sync-period, K8SGPU_LAB_HPA_SYNC_PERIOD), read from its command line."""
+    pidfile = LAB_STATE / "kwok" / "clusters" / LAB_NAME / "pids" / "kube-controller-manager.pid"
+    try:
+        cmdline = Path(f"/proc/{pidfile.read_text(encoding='utf-8').strip()}/cmdline").read_bytes().decode()
+    except OSError as exc:
+        raise RuntimeError(f"the lab's kube-controller-manager is not running ({pidfile}: {exc}); make lab") from exc
+    flag = "--horizontal-pod-autoscaler-sync-period="
+    values = [arg[len(flag):] for arg in cmdline.split("\0") if arg.startswith(flag)]
+    return go_duration_s(values[-1]) if values else HPA_SYNC_DEFAULT_S
 GPU_NODES = [f"{LAB_NAME}-gpu-1", f"{LAB_NAME}-gpu-2"]
 
 # What the dcgm_exporter role deploys (its defaults): the target labels the ServiceMonitor gives every series.
