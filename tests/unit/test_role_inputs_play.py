@@ -26,7 +26,8 @@ def play(tmp_path, tasks, extra=None, check=False, hosts="localhost,", args=()):
                ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
                ANSIBLE_PYTHON_INTERPRETER=sys.executable)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
-    return proc.returncode, proc.stdout + proc.stderr
+    # whitespace flattened: ansible-core before 2.19 wraps warnings at the terminal's width
+    return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
 
 
 def role(name, **kw):
