@@ -29,7 +29,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - k8sgpu.nvidia.attributes
   - k8sgpu.nvidia.attributes.read_only
-  - kubernetes.core.k8s_auth_options
+  - k8sgpu.nvidia.k8s_auth
 options:
   versions:
     description: Versions of C(custom.metrics.k8s.io) whose APIService must be Available.

@@ -31,7 +31,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - k8sgpu.nvidia.attributes
-  - kubernetes.core.k8s_auth_options
+  - k8sgpu.nvidia.k8s_auth
 attributes:
   check_mode:
     support: full

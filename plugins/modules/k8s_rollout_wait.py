@@ -22,7 +22,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - k8sgpu.nvidia.attributes
   - k8sgpu.nvidia.attributes.read_only
-  - kubernetes.core.k8s_auth_options
+  - k8sgpu.nvidia.k8s_auth
 options:
   kind:
     description: The workload's kind.
