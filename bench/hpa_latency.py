@@ -2,9 +2,10 @@
 
 Chain (k8sgpu_testlib.monitoring_lab, tests/support/): stand-in DCGM exporter -> Prometheus (scrape interval S) -> prometheus-adapter
 (relist R, which only matters for metric names it has not seen) -> aggregator -> the real HPA controller in
-kube-controller-manager (sync period H, 15 s by default) -> Deployment of GPU pods on kwok nodes.
+kube-controller-manager (sync period H: 15 s by default, 5 s in the lab (lab/lab.sh, K8SGPU_LAB_HPA_SYNC_PERIOD), read
+from the running controller manager) -> Deployment of GPU pods on kwok nodes.
 
-Per step, RUNS times, after a random 1-15 s pause (so the step falls at a random phase of the scrape and sync
+Per step, RUNS times, after a random 1-H s pause (so the step falls at a random phase of the scrape and sync
 clocks), with the HPA at its target 50 %:
   up:   utilisation 0 -> 90 % for every GPU pod of the namespace; time until the Deployment's spec.replicas > 1;
   down: utilisation 90 -> 0 %; time until spec.replicas == 1 (scale-down stabilization window W, 0 s here).
