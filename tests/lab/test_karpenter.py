@@ -526,8 +526,10 @@ class TestKarpenterKwok:
         core.create_namespaced_pod(namespace, pod("second", pool))
         # Karpenter's provisioner has decided on the pod once it logs its refusal (each batch it evaluates logs it
         # again): two refusals, so a decision after the first could still show up as a node below.
-        limited = lambda: [e for e in karpenter.could_not_schedule("second") if "exceed limits for nodepool" in e]
-        assert wait_until(lambda: len(limited()) >= 2, 60), karpenter.logs()[-4000:]
+        def refusals():
+            return [e for e in karpenter.could_not_schedule("second") if "exceed limits for nodepool" in e]
+
+        assert wait_until(lambda: len(refusals()) >= 2, 60), karpenter.logs()[-4000:]
         assert [n.metadata.name for n in pool_nodes(core, pool)] == [node.metadata.name]
         second = core.read_namespaced_pod("second", namespace)
         assert second.status.phase == "Pending" and not second.spec.node_name

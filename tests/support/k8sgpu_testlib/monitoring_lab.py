@@ -73,6 +73,8 @@ def hpa_sync_period_s() -> float:
     flag = "--horizontal-pod-autoscaler-sync-period="
     values = [arg[len(flag):] for arg in cmdline.split("\0") if arg.startswith(flag)]
     return go_duration_s(values[-1]) if values else HPA_SYNC_DEFAULT_S
+
+
 GPU_NODES = [f"{LAB_NAME}-gpu-1", f"{LAB_NAME}-gpu-2"]
 
 # What the dcgm_exporter role deploys (its defaults): the target labels the ServiceMonitor gives every series.
