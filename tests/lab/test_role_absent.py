@@ -75,6 +75,21 @@ def wait_gone(core, namespace: str) -> None:
     raise AssertionError(f"namespace {namespace} not deleted after 60 s")
 
 
+def wait_namespace_defaults(core, namespace: str) -> None:
+    """Until Kubernetes' own objects of a new namespace (kube-root-ca.crt, ServiceAccount default) exist: the
+    controllers add them shortly after the namespace is created, possibly after the role has finished."""
+    for _attempt in range(150):
+        try:
+            core.read_namespaced_config_map("kube-root-ca.crt", namespace)
+            core.read_namespaced_service_account("default", namespace)
+            return
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        time.sleep(0.2)
+    raise AssertionError(f"namespace {namespace}: no kube-root-ca.crt or ServiceAccount default after 30 s")
+
+
 def plant(core, namespace: str) -> str:
     name = f"planted-{uuid.uuid4().hex[:6]}"
     core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name),
@@ -85,6 +100,8 @@ def plant(core, namespace: str) -> str:
 def remove_and_compare(dyn, core, name: str, extra: dict, before: set, namespace: str, plant_it: bool = True,
                        kinds: list | None = None) -> None:
     """The removal sequence every role goes through (see the module's docstring)."""
+    if ("Namespace", "", namespace) not in before:
+        wait_namespace_defaults(core, namespace)
     created = snapshot(dyn, namespace, kinds)
     assert created - before, f"{name} created nothing"
     planted = plant(core, namespace) if plant_it else None
