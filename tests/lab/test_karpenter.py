@@ -526,6 +526,7 @@ class TestKarpenterKwok:
         core.create_namespaced_pod(namespace, pod("second", pool))
         # Karpenter's provisioner has decided on the pod once it logs its refusal (each batch it evaluates logs it
         # again): two refusals, so a decision after the first could still show up as a node below.
+
         def refusals():
             return [e for e in karpenter.could_not_schedule("second") if "exceed limits for nodepool" in e]
 
