@@ -2,9 +2,13 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Private to k8sgpu.nvidia: why a Node does (not) advertise an extended resource such as nvidia.com/gpu.
 
-Pure functions over the API's JSON (dicts), so they are unit-tested without a cluster.
+Functions over the API's JSON (dicts), so they are unit-tested without a cluster; wait_allocatable polls through
+the function it is given.
 """
 from __future__ import annotations
+
+import time
+from typing import Callable
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import expression_matches, taint_str
 
@@ -18,6 +22,23 @@ def _quantity(value) -> int:
 
 def allocatable(node: dict, resource: str) -> int:
     return _quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource))
+
+
+def wait_allocatable(list_nodes: Callable[[], list], names: list, resource: str, timeout: float, sleep: float,
+                     start: float, nodes: list | None = None) -> tuple[dict, dict, float]:
+    """Poll until every Node in names advertises allocatable resource, or timeout seconds pass on the monotonic clock
+    since start. list_nodes() returns the Nodes' items; nodes, when given, is a first list already read. Returns the
+    counts per name (0 for a missing Node), the last Nodes read by name, and the seconds waited."""
+    while True:
+        if nodes is None:
+            nodes = list_nodes()
+        by_name = {n["metadata"]["name"]: n for n in nodes}
+        counts = {name: allocatable(by_name[name], resource) if name in by_name else 0 for name in names}
+        waited = round(time.monotonic() - start, 1)
+        if all(counts.values()) or waited >= timeout:
+            return counts, by_name, waited
+        time.sleep(max(1, sleep))
+        nodes = None
 
 
 def _ready_condition(node: dict) -> dict:

@@ -89,7 +89,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
     k8s_module,
     raw_json,
 )
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_gpu import allocatable, diagnose
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_gpu import diagnose, wait_allocatable
 
 
 def _selector(match_labels: dict) -> str:
@@ -109,18 +109,14 @@ def main() -> None:
     p = module.params
     api = dynamic_client(module)
 
-    start = time.monotonic()
-    while True:
+    def list_nodes() -> list:
         try:
-            items = api.request("get", "/api/v1/nodes", serializer=raw_json).get("items") or []
+            return api.request("get", "/api/v1/nodes", serializer=raw_json).get("items") or []
         except Exception as exc:
             module.fail_json(msg=f"Could not list Nodes: {api_error_message(exc)}")
-        nodes = {n["metadata"]["name"]: n for n in items}
-        counts = {name: allocatable(nodes[name], p["resource"]) if name in nodes else 0 for name in p["names"]}
-        waited = round(time.monotonic() - start, 1)
-        if all(counts.values()) or waited >= p["timeout"]:
-            break
-        time.sleep(max(1, p["sleep"]))
+
+    counts, nodes, waited = wait_allocatable(list_nodes, p["names"], p["resource"], p["timeout"], p["sleep"],
+                                             time.monotonic())
 
     if all(counts.values()):
         module.exit_json(changed=False, allocatable=counts, waited=waited)

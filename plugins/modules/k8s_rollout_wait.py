@@ -126,7 +126,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
     k8s_module,
     raw_json,
 )
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_gpu import allocatable
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_gpu import wait_allocatable
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._monitoring import (
     daemonset_node_problems,
     daemonset_rolled_out,
@@ -188,14 +188,9 @@ def main() -> None:
         outside = gpu_nodes_outside(nodes, live, p["nodes"], p["gpu_resource"])
     counts = None
     if kind == "DaemonSet" and p["wait_allocatable"] and rolled_out and not problems:
-        while True:
-            by_name = {n["metadata"]["name"]: n for n in nodes}
-            counts = {n: allocatable(by_name[n], p["gpu_resource"]) if n in by_name else 0 for n in p["nodes"]}
-            waited = round(time.monotonic() - start, 1)
-            if all(counts.values()) or waited >= p["timeout"]:
-                break
-            time.sleep(max(1, p["sleep"]))
-            nodes = (read("/api/v1/nodes") or {}).get("items") or []
+        counts, _nodes, waited = wait_allocatable(lambda: (read("/api/v1/nodes") or {}).get("items") or [],
+                                                  p["nodes"], p["gpu_resource"], p["timeout"], p["sleep"], start,
+                                                  nodes=nodes)
     status = (live or {}).get("status") or {}
     result = dict(changed=False, rolled_out=rolled_out, problems=problems, nodes_outside=outside, status=status,
                   waited=waited)

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import time
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _k8s_gpu
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_gpu import diagnose
 
 R = "nvidia.com/gpu"
@@ -56,3 +59,28 @@ def test_image_pull_backoff():
 
 def test_plugin_ready_but_no_gpus():
     assert "the plugin found no GPU" in diagnose("gpu-1", node(0), R, [pod()], DS)
+
+
+def _gpu_node(name, gpus):
+    return {"metadata": {"name": name}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def test_wait_allocatable_uses_the_first_list_given_then_reads_until_every_node_has_gpus():
+    reads = [[_gpu_node("a", 8), _gpu_node("b", 8)]]
+    first = [_gpu_node("a", 8), _gpu_node("b", 0)]
+    counts, by_name, waited = _k8s_gpu.wait_allocatable(lambda: reads.pop(0), ["a", "b"], "nvidia.com/gpu", 30, 0,
+                                                        time.monotonic(), nodes=first)
+    assert counts == {"a": 8, "b": 8} and set(by_name) == {"a", "b"} and not reads
+    assert 0.9 <= waited < 30
+
+
+def test_wait_allocatable_stops_at_the_timeout_with_a_missing_node_at_zero():
+    calls = []
+
+    def list_nodes():
+        calls.append(1)
+        return [_gpu_node("a", 0)]
+
+    counts, by_name, waited = _k8s_gpu.wait_allocatable(list_nodes, ["a", "gone"], "nvidia.com/gpu", 0, 0,
+                                                        time.monotonic())
+    assert counts == {"a": 0, "gone": 0} and "gone" not in by_name and len(calls) == 1 and waited >= 0
