@@ -8,6 +8,8 @@
 #   lab/lab.sh status  show what is running
 #   lab/lab.sh images  only build the Debian node images (and what that needs)
 #   lab/lab.sh node NAME SUITE [IMAGE]   one more node container (tests remove it)
+#   lab/lab.sh scale N  N GPU hosts in all: extra node containers and kwok Nodes
+#                       (gpu-3..gpu-N) for scale benchmarks; N=2 removes them
 #
 # Everything talks only to loopback and to the lab's own Docker network.
 source "$(dirname "$0")/lib.sh"
@@ -188,6 +190,8 @@ build_image() {
 # PID 1's start time (NODE_BOOT_TIME_COMMAND, the inventory's
 # driver_reboot_boot_time_command).
 NODE_RESTART_POLICY=unless-stopped
+# Further `docker run` arguments for the containers started next (lab.sh scale's label).
+NODE_RUN_ARGS=()
 start_node_container() {
   local name="$1" suite="$2" image="${3:-$(image_tag "$2")}" i state
   if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ]; then
@@ -197,7 +201,7 @@ start_node_container() {
   fi
   docker rm -f "$name" >/dev/null 2>&1 || true
   docker run -d --name "$name" --hostname "$name" --network "$NETWORK" \
-    --label "k8sgpu.lab=$LAB_NAME" --restart "$NODE_RESTART_POLICY" \
+    --label "k8sgpu.lab=$LAB_NAME" "${NODE_RUN_ARGS[@]}" --restart "$NODE_RESTART_POLICY" \
     --cap-add SYS_ADMIN --cap-add NET_ADMIN \
     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
     --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
@@ -472,6 +476,67 @@ cmd_node() {
   start_node_container "$1" "$2" "$image"
 }
 
+# Extra GPU hosts for scale benchmarks (bench/site_scale.py): lab.sh scale N leaves N GPU hosts in the lab, the
+# ones of GPU_NODES and the extras $LAB_NAME-gpu-3..N, Debian bookworm and trixie in turn as gpu-1 and gpu-2. Each
+# extra is a node container of the lab's recipe, started side by side, and a kwok Node of topology.py's shape with
+# the label SCALE_LABEL (its container: SCALE_CONTAINER_LABEL). Extras above N are removed with their Nodes and the
+# pods bound to those Nodes (DaemonSets' pods). Opt-in: `up` starts none, `down` removes them with the rest. Other
+# lab users count Nodes: hold the lab's lock for as long as extras exist, and scale back to 2 before letting go.
+SCALE_LABEL=k8sgpu.lab/scale-extra
+SCALE_CONTAINER_LABEL=k8sgpu.lab.scale-extra
+SCALE_MAX=64
+cmd_scale() {
+  { [ $# -eq 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; } || { echo "usage: $0 scale N (GPU hosts in all, ${#GPU_NODES[@]}..$SCALE_MAX)" >&2; exit 2; }
+  local want=$((10#$1)) base=${#GPU_NODES[@]} kubectl name i suite pids=() failed=0 add=() drop=()
+  [ "$want" -ge "$base" ] \
+    || die "scale $want: the lab has $base GPU hosts of its own and N counts them (lab.sh scale $base removes the extras)"
+  [ "$want" -le "$SCALE_MAX" ] || die "scale $want: at most $SCALE_MAX GPU hosts"
+  lock_lab scale "$want"
+  kubectl=("$(k8s_bin_dir)/kubectl" --kubeconfig "$KUBECONFIG_OUT")
+  docker network inspect "$NETWORK" >/dev/null 2>&1 || die "no network $NETWORK: run lab/lab.sh up first"
+  { [ -f "$KUBECONFIG_OUT" ] && cluster_up; } || die "the lab's API server is not up: run lab/lab.sh up first"
+  for suite in bookworm trixie; do
+    docker image inspect "$(image_tag "$suite")" >/dev/null 2>&1 || die "no image $(image_tag "$suite"): run lab/lab.sh up first"
+  done
+
+  # Extras above N: containers and Nodes (either may be left alone by an interrupted run).
+  while read -r name; do
+    [ -n "$name" ] || continue
+    i=${name##*-gpu-}
+    [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -le "$want" ] || drop+=("$name")
+  done < <({ docker ps -a --filter "label=$SCALE_CONTAINER_LABEL" --format '{{.Names}}'
+             "${kubectl[@]}" get nodes -l "$SCALE_LABEL" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'; } | sort -u)
+  if [ "${#drop[@]}" -gt 0 ]; then
+    log "scale: removing ${#drop[@]} extra GPU host(s): ${drop[*]}"
+    docker rm -f "${drop[@]}" >/dev/null 2>&1 || true
+    "${kubectl[@]}" delete node --ignore-not-found --wait=true "${drop[@]}" >/dev/null
+    # Pods bound to a deleted Node (DaemonSets') would wait for the pod garbage collector.
+    for name in "${drop[@]}"; do
+      "${kubectl[@]}" delete pods -A --field-selector "spec.nodeName=$name" --force --grace-period=0 \
+        --ignore-not-found >/dev/null 2>&1 || true
+    done
+  fi
+
+  # Extras up to N, started side by side (each waits for its systemd).
+  for ((i = base + 1; i <= want; i++)); do
+    name="$LAB_NAME-gpu-$i"
+    if [ $((i % 2)) -eq 1 ]; then suite=bookworm; else suite=trixie; fi
+    add+=("$name")
+    NODE_RUN_ARGS=(--label "$SCALE_CONTAINER_LABEL=true")
+    start_node_container "$name" "$suite" &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || failed=$((failed + 1)); done
+  [ "$failed" -eq 0 ] || die "scale: $failed extra node container(s) did not start (messages above); lab.sh scale $base removes them"
+  if [ "${#add[@]}" -gt 0 ]; then
+    python3 "$LAB_ROOT/lab/topology.py" --lab-name "$LAB_NAME" --gpus "$GPU_PER_NODE" --gpu-only "${add[@]}" \
+      | "${kubectl[@]}" apply --server-side --field-manager k8sgpu-lab -f - >/dev/null
+    "${kubectl[@]}" wait --for=condition=Ready --timeout=60s "${add[@]/#/node/}" >/dev/null \
+      || die "scale: the extra kwok Nodes did not become Ready in 60 s; see: kwokctl --name $KWOK_CLUSTER logs kwok-controller"
+  fi
+  log "scale: $want GPU hosts ($((want - base)) extra: node containers and kwok Nodes labelled $SCALE_LABEL)"
+}
+
 # The daemons the lab starts (dockerd, apt-cacher-ng, the control plane through kwokctl) would inherit every open
 # descriptor of the caller: started as `flock LOCK lab/lab.sh up`, they would hold LOCK for as long as they run.
 # Only stdin, stdout, stderr and bash's own script descriptor (255) stay open.
@@ -488,8 +553,9 @@ close_inherited_fds
 case "${1:-}" in
   up) cmd_up ;;
   node) shift; cmd_node "$@" ;;
+  scale) shift; cmd_scale "$@" ;;
   images) cmd_images ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|status|images|node NAME SUITE [IMAGE]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|images|node NAME SUITE [IMAGE]|scale N" >&2; exit 2 ;;
 esac
