@@ -190,6 +190,10 @@ mark site_start
   || echo "== bench/site_nochange.py failed (playbooks.log)"
 mark site_end
 [ -f "$STATE/nochange.json" ] && { echo "== site.yml with nothing to change (bench/site_nochange.py)"; cat "$STATE/nochange.json"; }
+# The same run once more, task by task (ansible.posix.profile_tasks), to see where the steady-state time goes here.
+echo "== site.yml, nothing to change, task by task (profile.txt)"
+ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=60 play profile site.yml >/dev/null || true
+sed -n '/^TASKS RECAP/,$p' "$PLAYLOG" | tail -n 64 >"$OUT/profile.txt"
 
 SLICED=$(( 4 * GPU_COUNT ))
 echo "== time-slicing: 4 replicas, the Node must advertise nvidia.com/gpu: $SLICED (4 per GPU)"
