@@ -4,6 +4,9 @@ The lab must have N GPU hosts first (`lab/lab.sh scale N`: node containers k8sgp
 Nodes); the 2-host inventory is inventories/lab as shipped, the N-host one is generated into a temporary directory
 from it (the same group_vars, hosts.yml with gpu-1..N in gpu_nodes; inventories/lab is not changed). Then:
   converge  ansible-playbook site.yml once on the N hosts, untimed (the extra hosts' first run);
+  floors    the machine's busy CPU while nothing runs (N node containers up), and the CPU one `docker exec` of
+            `true` and of `python3 -c pass` on gpu-1 costs (client and whole machine): what a remote task costs at
+            least before Ansible's own work;
   rounds    per round, the 2-host and the N-host inventory one after the other (which goes first alternates, so a
             load change on the shared machine hits both): `ansible all -m ping`, then site.yml, which must report
             changed=0 on every host (--allow-changed records instead). Each site.yml run records wall time, CPU time
@@ -118,6 +121,28 @@ def check_lab(hosts: int) -> None:
                          "first (inside the lab's lock; scale back with `lab/lab.sh scale 2`)")
 
 
+def floors(host: str, calls: int = 10, idle_s: float = 5.0) -> dict:
+    """What one GPU host costs the machine apart from Ansible: the busy CPU of the whole machine while nothing runs
+    (the node containers' own systemd), and the CPU one `docker exec` costs: the client (a child of this process) and
+    the whole machine, for `true` and for a bare `python3 -c pass` in the container."""
+    busy = machine_busy()
+    time.sleep(idle_s)
+    out = {"idle_machine_cpu_pct": round(100 * (machine_busy() - busy) / (idle_s * (os.cpu_count() or 1)), 1)}
+    for what, cmd in (("docker_exec_true", ["true"]), ("docker_exec_python3", ["python3", "-c", "pass"])):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        busy = machine_busy()
+        start = time.perf_counter()
+        for _ in range(calls):
+            subprocess.run(["docker", "exec", "-i", host, *cmd], stdin=subprocess.DEVNULL, capture_output=True,
+                           check=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        client = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        out[what] = {"wall_ms": round(1000 * wall / calls), "client_cpu_ms": round(1000 * client / calls),
+                     "machine_cpu_ms": round(1000 * (machine_busy() - busy) / calls)}
+    return out
+
+
 def site_round(label: str, inv: Path | str, env: dict, args) -> dict:
     ping = run(["ansible", "all", "-i", str(inv), "-m", "ansible.builtin.ping"], env)
     if ping["proc"].returncode:
@@ -186,6 +211,8 @@ def main() -> int:
                 sys.stdout.write(conv["proc"].stdout[-4000:])
                 raise SystemExit(f"the converging site.yml run on {args.gpu_hosts} hosts failed")
             print(f"converge on {args.gpu_hosts} GPU hosts: {conv['wall']:.1f} s (untimed in the results)", flush=True)
+        floor = floors(f"{LAB_NAME}-gpu-1")
+        print(f"floors with {args.gpu_hosts} GPU hosts up: {floor}", flush=True)
         sets = {(n, "default"): inv for n, inv in invs.items()}
         if args.variant_connection:
             for n in invs:
@@ -209,7 +236,8 @@ def main() -> int:
 
     ncpu = os.cpu_count() or 1
     result = {"machine": f"{platform.node()} {ncpu} CPUs", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "forks": int(forks_m.group(1)) if forks_m else "ansible-core default (5)", "inventories": {}}
+              "forks": int(forks_m.group(1)) if forks_m else "ansible-core default (5)", "floors": floor,
+              "inventories": {}}
     for (n, conn), res in rounds.items():
         wall = [x["site"] for x in res]
         key = str(n) if conn == "default" else f"{n} {conn}"
