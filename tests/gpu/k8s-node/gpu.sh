@@ -190,10 +190,22 @@ mark site_start
   || echo "== bench/site_nochange.py failed (playbooks.log)"
 mark site_end
 [ -f "$STATE/nochange.json" ] && { echo "== site.yml with nothing to change (bench/site_nochange.py)"; cat "$STATE/nochange.json"; }
-# The same run once more, task by task (ansible.posix.profile_tasks), to see where the steady-state time goes here.
+# The same run once more, task by task, to see where the steady-state time goes here: ansible-core's own junit
+# callback records each task's time per host (ansible.posix's profile_tasks is not in the bundle).
 echo "== site.yml, nothing to change, task by task (profile.txt)"
-ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=60 play profile site.yml >/dev/null || true
-sed -n '/^TASKS RECAP/,$p' "$PLAYLOG" | tail -n 64 >"$OUT/profile.txt"
+rm -rf "$STATE/junit"
+ANSIBLE_CALLBACKS_ENABLED=ansible.builtin.junit JUNIT_OUTPUT_DIR="$STATE/junit" play profile site.yml >/dev/null || true
+python3 - "$STATE/junit" >"$OUT/profile.txt" <<'PY' || true
+import glob, sys, xml.etree.ElementTree as ET
+rows = []
+for f in glob.glob(sys.argv[1] + "/*.xml"):
+    for case in ET.parse(f).getroot().iter("testcase"):
+        rows.append((float(case.get("time") or 0), case.get("name") or ""))
+rows.sort(reverse=True)
+print(f"{len(rows)} task results, {sum(t for t, _ in rows):.1f} s in all (junit callback, per host)")
+for t, name in rows[:60]:
+    print(f"{t:7.2f} s  {name[:150]}")
+PY
 
 SLICED=$(( 4 * GPU_COUNT ))
 echo "== time-slicing: 4 replicas, the Node must advertise nvidia.com/gpu: $SLICED (4 per GPU)"
