@@ -95,11 +95,29 @@ def job_finished(job: dict) -> str | None:
     return None
 
 
+def run_finished(job: dict, pod: dict | None) -> str | None:
+    """"succeeded", "failed", or None while the test runs: the Job's own conditions or, before the Job controller
+    records them (it batches pod updates, about a second), the terminal phase of the Job's pod. The Jobs run one pod
+    with restartPolicy Never and backoffLimit 0, so that pod's end is the Job's end."""
+    done = job_finished(job)
+    if done:
+        return done
+    phase = ((pod or {}).get("status") or {}).get("phase")
+    return {"Succeeded": "succeeded", "Failed": "failed"}.get(phase)
+
+
 def _job_failure_reason(job: dict) -> str:
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Failed" and cond.get("status") == "True":
             return f"{cond.get('reason') or 'Failed'}: {cond.get('message') or ''}".rstrip(": ")
     return ""
+
+
+def _pod_failure_reason(pod_status: dict) -> str:
+    """Why a pod failed without a terminated container (evicted, its node lost, ...), from the pod's status."""
+    if pod_status.get("phase") != "Failed" or not (pod_status.get("reason") or pod_status.get("message")):
+        return ""
+    return f"{pod_status.get('reason') or 'Failed'}: {pod_status.get('message') or ''}".rstrip(": ")
 
 
 def pending_reason(pod: dict | None, events: list) -> str:
@@ -123,7 +141,7 @@ def pending_reason(pod: dict | None, events: list) -> str:
 
 def verdict(job: dict, pod: dict | None, logs: str | None, events: list) -> dict:
     """The result for one Job: status passed | completed_no_logs | failed | running | pending."""
-    done = job_finished(job)
+    done = run_finished(job, pod)
     pod_status = (pod or {}).get("status") or {}
     terminated = next(((cs.get("state") or {}).get("terminated") for cs in pod_status.get("containerStatuses") or []
                        if (cs.get("state") or {}).get("terminated")), None)
@@ -143,7 +161,8 @@ def verdict(job: dict, pod: dict | None, logs: str | None, events: list) -> dict
             reason = f"container exited {terminated.get('exitCode')}: {terminated.get('reason') or ''} {terminated.get('message') or ''}".strip()
         else:
             # The Job gave up (for example DeadlineExceeded) before its pod ran: say why the pod did not run.
-            reason = "; ".join(r for r in (_job_failure_reason(job), pending_reason(pod, events)) if r)
+            reason = "; ".join(r for r in (_job_failure_reason(job), _pod_failure_reason(pod_status),
+                                           pending_reason(pod, events)) if r)
         return {"status": "failed", "passed": False, "reason": reason, "log_tail": tail}
     if pod_status.get("phase") == "Running":
         return {"status": "running", "passed": False, "reason": f"still running ({pod['metadata']['name']})"}

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gpu_verify import job_manifest, verdict
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gpu_verify import job_manifest, run_finished, verdict
 
 LOG_OK = "[Vector addition of 50000 elements]\nCopy input data from the host memory to the CUDA device\nTest PASSED\nDone\n"
 DONE = {"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}
@@ -88,3 +88,31 @@ def test_job_past_its_deadline_still_says_why_the_pod_never_ran():
     res = verdict(deadline, pod(scheduled=sched), None, [])
     assert res["status"] == "failed"
     assert res["reason"].startswith("DeadlineExceeded") and "Insufficient nvidia.com/gpu" in res["reason"]
+
+
+def test_a_job_is_finished_when_its_pod_has_ended_before_the_job_controller_says_so():
+    # The Job controller batches pod updates (about 1 s): the pod's terminal phase decides first.
+    assert run_finished(RUNNING, pod("Running")) is None
+    assert run_finished(RUNNING, pod("Pending")) is None
+    assert run_finished(RUNNING, None) is None
+    assert run_finished(RUNNING, pod("Succeeded")) == "succeeded"
+    assert run_finished(RUNNING, pod("Failed", terminated={"exitCode": 1})) == "failed"
+    assert run_finished(DONE, None) == "succeeded"
+    assert run_finished(FAILED, pod("Running")) == "failed"
+
+
+def test_pod_ended_before_the_job_is_judged_as_the_job():
+    assert verdict(RUNNING, pod("Succeeded"), LOG_OK, [])["status"] == "passed"
+    assert verdict(RUNNING, pod("Succeeded"), None, [])["status"] == "completed_no_logs"
+    res = verdict(RUNNING, pod("Succeeded"), "Done\n", [])
+    assert res["status"] == "failed" and res["passed"] is False
+    res = verdict(RUNNING, pod("Failed", terminated={"exitCode": 139, "reason": "Error"}), "Segmentation fault", [])
+    assert res["status"] == "failed" and "exited 139" in res["reason"]
+
+
+def test_pod_failed_without_a_terminated_container_says_why():
+    evicted = pod("Failed")
+    evicted["status"].update(reason="Evicted", message="The node was low on resource: memory.")
+    res = verdict(RUNNING, evicted, None, [])
+    assert res["status"] == "failed"
+    assert res["reason"].startswith("Evicted: The node was low on resource: memory.")
