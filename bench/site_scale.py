@@ -143,7 +143,7 @@ def floors(host: str, calls: int = 10, idle_s: float = 5.0) -> dict:
     return out
 
 
-def site_round(label: str, inv: Path | str, env: dict, args) -> dict:
+def site_round(label: str, inv: Path | str, env: dict, args) -> dict:  # pylint: disable=too-many-locals
     ping = run(["ansible", "all", "-i", str(inv), "-m", "ansible.builtin.ping"], env)
     if ping["proc"].returncode:
         raise SystemExit(f"{label}: ansible -m ping failed:\n{ping['proc'].stdout[-2000:]}")
@@ -190,6 +190,8 @@ def main() -> int:
     parser.add_argument("--variant-connection", metavar="PLUGIN",
                         help="also measure both host counts with this connection for the GPU hosts (e.g. "
                              "community.docker.docker_api), in generated inventories; reported apart")
+    parser.add_argument("--variant-forks", type=int, metavar="N", action="append", default=[],
+                        help="also measure both host counts with ANSIBLE_FORKS=N (repeatable); reported apart")
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
     if args.gpu_hosts <= BASE_HOSTS:
@@ -213,18 +215,21 @@ def main() -> int:
             print(f"converge on {args.gpu_hosts} GPU hosts: {conv['wall']:.1f} s (untimed in the results)", flush=True)
         floor = floors(f"{LAB_NAME}-gpu-1")
         print(f"floors with {args.gpu_hosts} GPU hosts up: {floor}", flush=True)
-        sets = {(n, "default"): inv for n, inv in invs.items()}
+        sets = {(n, "default"): (inv, env) for n, inv in invs.items()}
         if args.variant_connection:
             for n in invs:
-                sets[(n, args.variant_connection)] = write_inventory(Path(tmp), n, args.variant_connection)
+                sets[(n, args.variant_connection)] = (write_inventory(Path(tmp), n, args.variant_connection), env)
+        for forks_n in args.variant_forks:
+            for n, inv in invs.items():
+                sets[(n, f"forks={forks_n}")] = (inv, dict(env, ANSIBLE_FORKS=str(forks_n)))
         rounds: dict[tuple, list[dict]] = {k: [] for k in sets}
         for r in range(args.rounds):
             order = list(sets) if r % 2 == 0 else list(sets)[::-1]
             for key in order:
                 n, conn = key
-                res = site_round(f"round {r + 1}, {n} GPU hosts ({conn} connection)", sets[key], env, args)
+                res = site_round(f"round {r + 1}, {n} GPU hosts ({conn})", *sets[key], args)
                 rounds[key].append(res)
-                print(f"round {r + 1}, {n} GPU hosts, {conn} connection: ping {res['ping']:.2f} s, site.yml "
+                print(f"round {r + 1}, {n} GPU hosts, {conn}: ping {res['ping']:.2f} s, site.yml "
                       f"{res['site']:.2f} s (CPU: controller {res['cpu']:.1f} s of which main process "
                       f"{res['main_cpu']:.1f} s; machine {res['busy']:.1f} s; {res['task_results']} task results, "
                       f"changed {res['changed'] or 0})", flush=True)
@@ -242,7 +247,8 @@ def main() -> int:
         wall = [x["site"] for x in res]
         key = str(n) if conn == "default" else f"{n} {conn}"
         result["inventories"][key] = {
-            "gpu_hosts": n, "connection": conn if conn != "default" else "community.docker.docker (inventories/lab)",
+            "gpu_hosts": n, "variant": conn if conn != "default"
+            else "inventories/lab's connection (community.docker.docker), ansible.cfg's forks",
             "inventory": "inventories/lab" if (n, conn) == (BASE_HOSTS, "default")
             else f"generated: inventories/lab + gpu-3..{n}",
             "ping": summary([x["ping"] for x in res]), "site": summary(wall),
@@ -260,8 +266,10 @@ def main() -> int:
         return round(100 * (large - small) / small, 1), round((large - small) / (args.gpu_hosts - BASE_HOSTS), 3)
 
     result["growth_pct"], result["per_extra_host_s"] = growth("default")
-    if args.variant_connection:
-        result["variant_growth_pct"], result["variant_per_extra_host_s"] = growth(args.variant_connection)
+    result["variants"] = {}
+    for conn in dict.fromkeys(c for _n, c in rounds if c != "default"):
+        pct, per_host = growth(conn)
+        result["variants"][conn] = {"growth_pct": pct, "per_extra_host_s": per_host}
     if prof:
         (w_small, t_small), (w_large, t_large) = prof[BASE_HOSTS], prof[args.gpu_hosts]
         extra = args.gpu_hosts - BASE_HOSTS
