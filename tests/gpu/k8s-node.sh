@@ -131,6 +131,11 @@ unpack() {
     if [ "$MODE" = gpu ] || [ "$MODE" = unpack ]; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$K8SNODE_ROOT/site" "$two"/whl/*.whl || die "installing the carried wheels failed"
+      # Byte-compiled as pip does by default (--no-compile above keeps pip quiet and fast; compileall uses every
+      # core): the VM sets PYTHONDONTWRITEBYTECODE=1, so without this every process (each task, each module) compiled
+      # ansible-core and the kubernetes client from source again (import kubernetes.client: 1.8 s against 0.33 s).
+      python3 -m compileall -q -j 0 "$K8SNODE_ROOT/site" "$K8SNODE_ROOT/collections" "$REPO/plugins" >/dev/null \
+        || die "byte-compiling the carried wheels failed"
     fi
     say "part 2 unpacked: ctr, CNI $(find "$CNI_BIN" -mindepth 1 -maxdepth 1 -printf '%f '), images' files, kubernetes.core, toolkit repository"
   fi
