@@ -12,6 +12,8 @@ description:
   - Creates one Job (or, with O(per_node), one Job pinned to each Node in O(nodes)) whose pod requests
     O(gpus) C(nvidia.com/gpu) and runs the cuda-vector-add image, waits until every Job finishes or O(timeout)
     passes, reads the container log for C(Test PASSED), and deletes what it created.
+  - Each Job runs one pod that is not retried, so a Job counts as finished as soon as its pod has succeeded or failed,
+    without waiting for the Job controller to record it (the API is polled about twice a second, more often at first).
   - "On failure it returns, per Job, the reason read from the pod's status and events - for example
     C(Unschedulable: 0/5 nodes are available: 5 Insufficient nvidia.com/gpu), C(ImagePullBackOff), a CUDA
     driver too old for the image, or the timeout."
@@ -154,7 +156,7 @@ results:
       description: "Why, from the pod's status, events and log, for example C(Unschedulable: 0/5 nodes are available: 5 Insufficient nvidia.com/gpu)."
       type: str
     duration_s:
-      description: Seconds from the Job's creation until it finished, or until the timeout.
+      description: Seconds from the Job's creation until it (or its pod) finished, or until the timeout.
       type: float
     log_tail:
       description: Last lines of the container log, where available.
