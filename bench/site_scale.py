@@ -132,7 +132,7 @@ def floors(host: str, calls: int = 10, idle_s: float = 5.0) -> dict:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         busy = machine_busy()
         start = time.perf_counter()
-        for _ in range(calls):
+        for _call in range(calls):
             subprocess.run(["docker", "exec", "-i", host, *cmd], stdin=subprocess.DEVNULL, capture_output=True,
                            check=True)
         wall = time.perf_counter() - start
@@ -143,7 +143,7 @@ def floors(host: str, calls: int = 10, idle_s: float = 5.0) -> dict:
     return out
 
 
-def site_round(label: str, inv: Path | str, env: dict, args) -> dict:  # pylint: disable=too-many-locals
+def site_round(label: str, inv: Path | str, env: dict, args) -> dict:
     ping = run(["ansible", "all", "-i", str(inv), "-m", "ansible.builtin.ping"], env)
     if ping["proc"].returncode:
         raise SystemExit(f"{label}: ansible -m ping failed:\n{ping['proc'].stdout[-2000:]}")
