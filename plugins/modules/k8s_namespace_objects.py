@@ -13,7 +13,8 @@ description:
     a loop of M(kubernetes.core.k8s_info) registers (C(item), C(resources)), with only the fields that say what an
     object is and whether it goes away by itself (C(apiVersion), C(kind), C(metadata.name),
     C(metadata.ownerReferences), C(metadata.deletionTimestamp)).
-  - A kind the API server does not serve (a CRD that is not installed) gives no objects and C(api_found=false).
+  - A kind the API server does not serve (a CRD that is not installed) gives no objects and C(api_found=false), also
+    when the client's cached discovery documents still list it but the LIST answers 404 (its CRD was just removed).
   - Why not M(kubernetes.core.k8s_info) in a loop - it lists one kind per call, and each call pays for starting Python
     and importing the Kubernetes client (about a second); the private role C(_k8s) looks for twenty kinds before it
     removes a namespace it created, which took 12-15 s per removal with a loop and takes one call with this module.
@@ -125,6 +126,10 @@ def list_kinds(api, namespace: str, kinds: list) -> list:
         try:
             answer = api.request("get", resource.path(namespace=namespace), serializer=raw_json)
         except Exception as exc:  # the dynamic client's ApiException and connection errors
+            if getattr(exc, "status", None) == 404:
+                # Served when the (cached) discovery documents were read, gone now: its CRD was removed since.
+                results.append({"item": item, "api_found": False, "resources": []})
+                continue
             raise RuntimeError(f"listing {item['kind']} ({item['api_version']}) in namespace {namespace}: "
                                f"{api_error_message(exc)}") from exc
         items = (answer or {}).get("items") or []

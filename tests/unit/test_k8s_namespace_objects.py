@@ -29,15 +29,17 @@ class FakeResources:
 
 
 class FakeApi:
-    def __init__(self, served, objects, fail=None):
+    def __init__(self, served, objects, fail=None, status=403):
         self.resources = FakeResources(served)
-        self.objects, self.fail, self.paths = objects, fail, []
+        self.objects, self.fail, self.status, self.paths = objects, fail, status, []
 
     def request(self, method, path, serializer=None):
         assert method == "get" and serializer is module.raw_json
         self.paths.append(path)
         if path == self.fail:
-            raise RuntimeError("HTTP 403: Forbidden")
+            exc = RuntimeError(f"HTTP {self.status}")
+            exc.status = self.status
+            raise exc
         return {"items": self.objects.get(path, [])}
 
 
@@ -83,5 +85,14 @@ def test_the_leftovers_filter_reads_the_result_as_it_read_a_k8s_info_loop():
 
 def test_an_api_error_names_the_kind_and_the_namespace():
     api = FakeApi(SERVED, {}, fail="/apis/apps/v1/namespaces/ns/deployments")
-    with pytest.raises(RuntimeError, match=r"listing Deployment \(apps/v1\) in namespace ns: HTTP 403: Forbidden"):
+    with pytest.raises(RuntimeError, match=r"listing Deployment \(apps/v1\) in namespace ns: HTTP 403"):
         module.list_kinds(api, "ns", KINDS)
+
+
+def test_a_kind_discovery_still_lists_but_the_list_answers_404_is_not_served():
+    """The client's discovery cache still has a CRD that was just removed: its LIST answers 404."""
+    api = FakeApi(SERVED, {"/api/v1/namespaces/ns/configmaps": [cm("mine")]},
+                  fail="/apis/apps/v1/namespaces/ns/deployments", status=404)
+    listed = module.list_kinds(api, "ns", KINDS)
+    assert [(r["item"]["kind"], r["api_found"], len(r["resources"])) for r in listed] == [
+        ("ConfigMap", True, 1), ("ServiceMonitor", False, 0), ("Deployment", False, 0)]
