@@ -182,10 +182,10 @@ PY
   if [ "$passed" != "$GPU_COUNT" ] || [ "$buses" != "$GPU_COUNT" ]; then die "not one passing cuda-vector-add Job per GPU"; fi
 fi
 
-echo "== the whole site.yml again, nothing to change, beside ansible -m ping and the same checks by hand (bench/site_nochange.py, one round)"
+echo "== the whole site.yml again, nothing to change, beside ansible -m ping and the same checks by hand (bench/site_nochange.py, three rounds)"
 mark site_start
 { echo "===== site (bench/site_nochange.py)"
-  timeout 200 python3 bench/site_nochange.py -i tests/gpu/k8s-node/inventory.yml -e "@$STATE/vars.yml" --rounds 1 \
+  timeout 200 python3 bench/site_nochange.py -i tests/gpu/k8s-node/inventory.yml -e "@$STATE/vars.yml" --rounds 3 \
     --no-converge --allow-changed --kubeconfig "$PKI/admin.kubeconfig" --json "$STATE/nochange.json"; } >>"$PLAYLOG" 2>&1 \
   || echo "== bench/site_nochange.py failed (playbooks.log)"
 mark site_end
