@@ -78,27 +78,30 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 	$(STAMP)
 	ansible-playbook site.yml -i $(INVENTORY)
 
-# lint, sanity and unit first (a few minutes; most failures show there). Then
-# the lab and its integration tests (the longest step, 30-40 min, mostly
-# waiting on the lab's controllers and Prometheus: 5-60 % of 2 cores, about
-# 0.7 core on average) with, beside them, the steps named in INTEGRATION_BESIDE
-# (cloud: moto, 0.8 core; molecule: both cores only while DKMS builds; compat:
-# ansible-core 2.17's unit tests and syntax checks, one core). They
+# unit first (15 s; most failures show there). Then the lab and its
+# integration tests (the longest step, 30-40 min, mostly waiting on the lab's
+# controllers and Prometheus: 5-60 % of 2 cores, about 0.7 core on average)
+# with, beside them, the steps named in INTEGRATION_BESIDE, one after the
+# other (lint and sanity: about 2.5 min of one core, which no longer delays
+# the lab tests; cloud: moto, 0.8 core; molecule: both cores only while DKMS
+# builds; compat: ansible-core 2.17's unit tests and syntax checks, one core;
+# together they end 25-30 min before the lab tests do). They
 # share no container, network, namespace or port: molecule's containers are its
 # own, the lab tests use the lab's node containers and API server, cloud only
-# loopback. lab-images (node images, apt proxy, toolkit repository: all that
+# loopback, lint and sanity only the checkout and temporary directories.
+# lab-images (node images, apt proxy, toolkit repository: all that
 # molecule needs, not the cluster) runs first, alone: lab.sh up holds lab.sh's
 # lock while it waits for the Go builds (minutes when cold), and molecule must
 # not wait behind it (MOLECULE_NEEDS=venv). The side steps' output is shown
 # when they end (log: $(BESIDE_LOG)); make test fails if either side fails;
 # an interrupt stops both (the side steps run in a process group of their own).
-# INTEGRATION_BESIDE= runs every step one after the other (cloud, molecule,
-# compat, lab, integration).
-INTEGRATION_BESIDE ?= cloud molecule compat
+# INTEGRATION_BESIDE= runs every step one after the other (lint, sanity, cloud,
+# molecule, compat, lab, integration).
+INTEGRATION_BESIDE ?= lint sanity cloud molecule compat
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
-test: deps prebuild lint sanity unit  ## every test: lint, sanity, unit, cloud (moto), molecule, compat (ansible-core 2.17), lab integration
+test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molecule, compat (ansible-core 2.17), lab integration
 	$(STAMP)
-	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory cloud molecule compat lab integration; fi; \
+	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory lint sanity cloud molecule compat lab integration; fi; \
 	$(MAKE) --no-print-directory lab-images; \
 	rc=0; echo "[make $(strip $(INTEGRATION_BESIDE)) started $$(date +%H:%M:%S) beside make lab integration; log: $(BESIDE_LOG)]"; \
 	setsid $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) MOLECULE_NEEDS=venv >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
@@ -109,8 +112,8 @@ test: deps prebuild lint sanity unit  ## every test: lint, sanity, unit, cloud (
 	[ $$r -eq 0 ] || rc=1; \
 	exit $$rc
 
-# Started in the background while lint, sanity, unit and cloud run (they leave
-# a core idle most of the time): the Go builds the lab needs
+# Started in the background first, while unit and lab-images run (and, when
+# cold, while make lab waits for them beside lint and sanity): the Go builds the lab needs
 # (lab/build-binaries.sh lab: the toolkit repository, kwok, etcd, Kubernetes)
 # beside the node images (lab/lab.sh images: debootstrap, network-bound); then,
 # at lower priority, what only tests use (lab/build-binaries.sh extras: CRI-O's
