@@ -38,10 +38,8 @@ def api(kubeconfig):
 
 def role(tmp_path: Path, extra: dict, *args: str) -> tuple[int, str, dict]:
     play = tmp_path / "play.yml"
-    # The deletes' waits (state=absent) look every second, not every 5 s (see tests/lab/playbooks/role.yml).
     play.write_text(json.dumps([{"name": "cluster-autoscaler", "hosts": "localhost", "connection": "local",
-                                 "gather_facts": False, "module_defaults": {"kubernetes.core.k8s": {"wait_sleep": 1}},
-                                 "roles": [{"role": "k8sgpu.nvidia.cluster_autoscaler"}]}]))
+                                 "gather_facts": False, "roles": [{"role": "k8sgpu.nvidia.cluster_autoscaler"}]}]))
     vars_file = tmp_path / f"vars-{uuid.uuid4().hex[:6]}.json"
     vars_file.write_text(json.dumps(extra))
     proc = run(["ansible-playbook", "-i", "localhost,", str(play), "-e", f"@{vars_file}",

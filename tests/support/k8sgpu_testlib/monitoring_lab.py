@@ -375,9 +375,7 @@ def run_role(role: str, extra: dict, workdir: Path, *flags: str, timeout: int = 
     """ansible-playbook -i inventories/lab with one role of the collection on the control-plane host."""
     workdir.mkdir(parents=True, exist_ok=True)
     play = workdir / f"play-{role}.yml"
-    # The deletes' waits (state=absent) look every second, not every 5 s (see tests/lab/playbooks/role.yml).
     play.write_text(yaml.safe_dump([{"name": f"Run {role}", "hosts": "k8s_control_plane", "gather_facts": False,
-                                     "module_defaults": {"kubernetes.core.k8s": {"wait_sleep": 1}},
                                      "roles": [{"role": f"k8sgpu.nvidia.{role}"}]}]))
     extra_file = workdir / f"extra-{role}.json"
     extra_file.write_text(json.dumps(extra))
