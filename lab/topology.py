@@ -46,20 +46,18 @@ def main() -> None:
                    help=f"only the GPU Nodes, labelled {SCALE_LABEL} (lab.sh scale's extra hosts)")
     p.add_argument("gpu_nodes", nargs="+", help="names of the GPU node containers")
     a = p.parse_args()
-    if a.gpu_only:
-        items = [node(n, {SCALE_LABEL: "true"}, [], {"nvidia.com/gpu": str(a.gpus)}) for n in a.gpu_nodes]
-        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=1))
-        return
-    items = [
-        node(f"{a.lab_name}-cp-1",
-             {"node-role.kubernetes.io/control-plane": ""},
-             [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}], {}),
-        node(f"{a.lab_name}-cp-legacy",
-             {"node-role.kubernetes.io/master": ""},
-             [{"key": "node-role.kubernetes.io/master", "effect": "NoSchedule"}], {}),
-        node(f"{a.lab_name}-cpu-1", {}, [], {}),
-    ]
-    items += [node(n, {}, [], {"nvidia.com/gpu": str(a.gpus)}) for n in a.gpu_nodes]
+    gpu_labels = {SCALE_LABEL: "true"} if a.gpu_only else {}
+    items = [node(n, gpu_labels, [], {"nvidia.com/gpu": str(a.gpus)}) for n in a.gpu_nodes]
+    if not a.gpu_only:
+        items = [
+            node(f"{a.lab_name}-cp-1",
+                 {"node-role.kubernetes.io/control-plane": ""},
+                 [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}], {}),
+            node(f"{a.lab_name}-cp-legacy",
+                 {"node-role.kubernetes.io/master": ""},
+                 [{"key": "node-role.kubernetes.io/master", "effect": "NoSchedule"}], {}),
+            node(f"{a.lab_name}-cpu-1", {}, [], {}),
+        ] + items
     print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=1))
 
 
