@@ -8,6 +8,12 @@
 #   lab/lab.sh status  show what is running
 #   lab/lab.sh images  only build the Debian node images (and what that needs)
 #   lab/lab.sh node NAME SUITE [IMAGE]   one more node container (tests remove it)
+#
+# The GPU node containers (GPU_NODES, and scale's extras) are GPU hosts to the
+# roles: eight H100s on their PCI bus (a sysfs tree of the lab's own, mounted
+# over /sys/bus/pci/devices), Debian's Docker and containerd installed and
+# running (the gpu-host image). They have no GPU to load a driver for: the
+# driver is installed and its module built by DKMS, not loaded.
 #   lab/lab.sh scale N  N GPU hosts in all: extra node containers and kwok Nodes
 #                       (gpu-3..gpu-N) for scale benchmarks; N=2 removes them
 #
@@ -183,6 +189,68 @@ build_image() {
     --change 'ENV container=docker' "$tarball" "$tag" >/dev/null
 }
 
+# --- GPU hosts ------------------------------------------------------------------
+# A GPU host's image: the node image with Debian's Docker and containerd, as a
+# site's GPU host has its container runtime before the collection runs. Docker
+# keeps its images on vfs (the container's own disk is overlayfs); the
+# container toolkit role must merge its runtime into that daemon.json.
+# (trixie packages Docker's command line apart, as docker-cli.)
+gpu_host_packages() { if [ "$1" = bookworm ]; then echo "docker.io containerd"; else echo "docker.io docker-cli containerd"; fi; }
+GPU_HOST_RECIPE=1
+gpu_host_tag() { echo "k8sgpu-lab/gpu-host:$1"; }
+gpu_host_key() { printf "%s|%s|%s" "$(image_key "$1")" "$(gpu_host_packages "$1")" "$GPU_HOST_RECIPE" | sha256sum | cut -c1-12; }
+build_gpu_host_image() {
+  local suite="$1" tag key tarball tmp packages
+  tag=$(gpu_host_tag "$suite"); key=$(gpu_host_key "$suite"); packages=$(gpu_host_packages "$suite")
+  tarball="$K8SGPU_CACHE/images/gpu-host-$suite-$key.tar"
+  if [ "$(docker image inspect -f '{{index .Config.Labels "k8sgpu.image-key"}}' "$tag" 2>/dev/null)" = "$key" ]; then
+    log "image $tag: present"; return
+  fi
+  if [ -f "$tarball" ]; then
+    log "image $tag: loading $tarball"
+    docker load -i "$tarball" >/dev/null && return
+  fi
+  tmp="$LAB_NAME-image-$suite"
+  log "image $tag: $packages on $(image_tag "$suite") through the apt proxy"
+  docker rm -f "$tmp" >/dev/null 2>&1 || true
+  if ! docker run --name "$tmp" --network "$NETWORK" "$(image_tag "$suite")" sh -c "
+      set -e
+      apt-get -q -o Acquire::http::Proxy=http://$LAB_GATEWAY:$APT_PROXY_PORT update
+      DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends \
+        -o Acquire::http::Proxy=http://$LAB_GATEWAY:$APT_PROXY_PORT install $packages
+      apt-get clean; rm -rf /var/lib/apt/lists/*
+      mkdir -p /etc/docker; printf '{\n  \"storage-driver\": \"vfs\"\n}\n' >/etc/docker/daemon.json
+    " >"$K8SGPU_CACHE/images/gpu-host-$suite.log" 2>&1; then
+    tail -n 20 "$K8SGPU_CACHE/images/gpu-host-$suite.log" >&2
+    docker rm -f "$tmp" >/dev/null 2>&1 || true
+    die "image $tag: installing $packages failed (log: $K8SGPU_CACHE/images/gpu-host-$suite.log)"
+  fi
+  docker commit --change "LABEL k8sgpu.image-key=$key" --change 'CMD ["/lib/systemd/systemd"]' "$tmp" "$tag" >/dev/null
+  docker rm -f "$tmp" >/dev/null
+  docker save -o "$tarball.tmp" "$tag" && mv "$tarball.tmp" "$tarball"
+}
+
+# The PCI bus of a GPU host: eight H100 SXM5 (device 0x2330, class 0x030200 as
+# the GPU machine's sysfs shows it, tests/unit/fixtures/h100) at a DGX H100's
+# bus addresses, and the host bridge. One read-only tree for all GPU hosts.
+GPU_SYSFS_BUSES="18 2a 3a 5d 9a ab ba db"
+write_gpu_sysfs() {
+  local root="$LAB_STATE/gpu-sysfs/devices" bus dev
+  [ -f "$root/.complete" ] && return
+  rm -rf "$root"; mkdir -p "$root"
+  for bus in $GPU_SYSFS_BUSES; do
+    dev="$root/0000:$bus:00.0"; mkdir -p "$dev"
+    echo 0x10de >"$dev/vendor"; echo 0x2330 >"$dev/device"; echo 0x030200 >"$dev/class"
+  done
+  dev="$root/0000:00:00.0"; mkdir -p "$dev"
+  echo 0x8086 >"$dev/vendor"; echo 0x09a2 >"$dev/device"; echo 0x060000 >"$dev/class"
+  : >"$root/.complete"
+}
+# start_node_container's arguments for a GPU host (after write_gpu_sysfs), added to NODE_RUN_ARGS.
+add_gpu_host_run_args() {
+  NODE_RUN_ARGS+=(-v "$LAB_STATE/gpu-sysfs/devices:/sys/bus/pci/devices:ro" --label "k8sgpu.lab.gpu-host=$GPU_HOST_RECIPE")
+}
+
 # --- node containers -------------------------------------------------------------
 # A reboot inside a node (systemctl reboot, ansible.builtin.reboot) ends its
 # systemd, so the container exits; the restart policy starts it again, with a
@@ -194,7 +262,14 @@ NODE_RESTART_POLICY=unless-stopped
 NODE_RUN_ARGS=()
 start_node_container() {
   local name="$1" suite="$2" image="${3:-$(image_tag "$2")}" i state
-  if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ]; then
+  local want_recipe="" have_recipe arg
+  for arg in "${NODE_RUN_ARGS[@]}"; do
+    case "$arg" in k8sgpu.lab.gpu-host=*) want_recipe=${arg#*=} ;; esac
+  done
+  # A running container of an earlier recipe or image is started again from this one.
+  have_recipe=$(docker inspect -f '{{index .Config.Labels "k8sgpu.lab.gpu-host"}}|{{.Image}}' "$name" 2>/dev/null || true)
+  want_recipe="$want_recipe|$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)"
+  if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ] && [ "$have_recipe" = "$want_recipe" ]; then
     # Containers of an earlier lab: the policy is changed in place.
     docker update --restart "$NODE_RESTART_POLICY" "$name" >/dev/null
     log "node $name: running"; return
@@ -394,14 +469,19 @@ cmd_up() {
   setsid "$LAB_ROOT/lab/build-binaries.sh" lab >"$LAB_STATE/build-binaries.log" 2>&1 < /dev/null &
   local builder=$! entry
   BUILDER_PID=$builder
-  for suite in bookworm trixie; do build_image "$suite"; done
+  for suite in bookworm trixie; do build_image "$suite"; build_gpu_host_image "$suite"; done
+  write_gpu_sysfs
   if ! wait "$builder"; then
     cat "$LAB_STATE/build-binaries.log" >&2
     die "building the control plane binaries failed (log above: $LAB_STATE/build-binaries.log)"
   fi
   BUILDER_PID=
   sed 's/^/  /' "$LAB_STATE/build-binaries.log" >&2
-  for entry in "${GPU_NODES[@]}"; do start_node_container "${entry%%:*}" "${entry##*:}"; done
+  NODE_RUN_ARGS=(); add_gpu_host_run_args
+  for entry in "${GPU_NODES[@]}"; do
+    start_node_container "${entry%%:*}" "${entry##*:}" "$(gpu_host_tag "${entry##*:}")"
+  done
+  NODE_RUN_ARGS=()
   start_cluster
   apply_topology
   write_env
@@ -415,7 +495,7 @@ cmd_images() {
   lock_lab images
   trap undo_started EXIT
   start_docker; start_network; start_apt_proxy
-  for suite in bookworm trixie; do build_image "$suite"; done
+  for suite in bookworm trixie; do build_image "$suite"; build_gpu_host_image "$suite"; done
   write_env
   trap - EXIT
 }
@@ -496,8 +576,9 @@ cmd_scale() {
   docker network inspect "$NETWORK" >/dev/null 2>&1 || die "no network $NETWORK: run lab/lab.sh up first"
   { [ -f "$KUBECONFIG_OUT" ] && cluster_up; } || die "the lab's API server is not up: run lab/lab.sh up first"
   for suite in bookworm trixie; do
-    docker image inspect "$(image_tag "$suite")" >/dev/null 2>&1 || die "no image $(image_tag "$suite"): run lab/lab.sh up first"
+    docker image inspect "$(gpu_host_tag "$suite")" >/dev/null 2>&1 || die "no image $(gpu_host_tag "$suite"): run lab/lab.sh up first"
   done
+  write_gpu_sysfs
 
   # Extras above N: containers and Nodes (either may be left alone by an interrupted run).
   while read -r name; do
@@ -522,8 +603,8 @@ cmd_scale() {
     name="$LAB_NAME-gpu-$i"
     if [ $((i % 2)) -eq 1 ]; then suite=bookworm; else suite=trixie; fi
     add+=("$name")
-    NODE_RUN_ARGS=(--label "$SCALE_CONTAINER_LABEL=true")
-    start_node_container "$name" "$suite" &
+    NODE_RUN_ARGS=(--label "$SCALE_CONTAINER_LABEL=true"); add_gpu_host_run_args
+    start_node_container "$name" "$suite" "$(gpu_host_tag "$suite")" &
     pids+=($!)
   done
   for i in "${pids[@]}"; do wait "$i" || failed=$((failed + 1)); done
