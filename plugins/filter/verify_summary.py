@@ -61,9 +61,30 @@ def _gpus_cell(vh: Mapping) -> str:
     return f"{vh.get('pci_devices', 0)} in sysfs, no driver"
 
 
+def _names(hosts: Sequence[str]) -> str:
+    return ", ".join(hosts)
+
+
+def _unproven(no_driver: dict[int, list[str]], no_logs: list[str]) -> list[str]:
+    """What the checks that ran could not prove, one line each: GPUs on the PCI bus with no driver to run vectorAdd
+    on them, and Jobs whose "Test PASSED" could not be read."""
+    lines = [
+        f"{_names(hosts)}: {count} GPU(s) on the PCI bus, but no NVIDIA driver loaded: no vectorAdd ran on them, so "
+        "neither the driver nor the GPUs are proven to work (the driver loads after a reboot; a host with no real "
+        "GPU, as the lab's node containers, never loads it)"
+        for count, hosts in sorted(no_driver.items())]
+    if no_logs:
+        lines.append(
+            f"{_names(no_logs)}: in cluster, the Job's pod completed but its log, where cuda-vector-add writes "
+            "'Test PASSED', could not be read: the GPU was allocated and the pod ran, its result is not proven (a Node "
+            "that runs no containers, as the lab's kwok Nodes, gives no logs)")
+    return lines
+
+
 def verify_summary(hosts: Sequence[str], hostvars: Any, cluster: Any) -> dict:
-    """The summary table (text) and the list of failures, from each host's verify_host and the registered
-    k8s_gpu_verify result. A failed node-level test lists each failed GPU under its host's row."""
+    """The summary table (text), the list of failures, and what the checks could not prove (``unproven``), from each
+    host's verify_host and the registered k8s_gpu_verify result. A failed node-level test lists each failed GPU under
+    its host's row; the table is followed by a "Not proven" section when something could not be proven."""
     if isinstance(hosts, str) or not isinstance(hosts, Sequence):
         raise AnsibleFilterError(f"verify_summary expects a list of inventory hosts, got {hosts!r}")
     cluster = cluster if isinstance(cluster, Mapping) else {}
@@ -71,6 +92,8 @@ def verify_summary(hosts: Sequence[str], hostvars: Any, cluster: Any) -> dict:
     by_node = {r.get("node"): r for r in cluster_results}
     rows: list[tuple[list[str], list[str]]] = []
     failures: list[str] = []
+    no_driver: dict[int, list[str]] = {}
+    no_logs: list[str] = []
     for host in hosts:
         hv = hostvars[host]
         vh = hv.get("verify_host") or {}
@@ -82,9 +105,13 @@ def verify_summary(hosts: Sequence[str], hostvars: Any, cluster: Any) -> dict:
                 for reason in vh.get("node_test_failures") or [node_text]:
                     details.append(f"{host}: {reason}")
                     failures.append(f"{host}: node test FAILED: {reason}")
+            if not vh.get("gpus") and int(vh.get("pci_devices") or 0) > 0 and vh.get("node_test_status") != "failed":
+                no_driver.setdefault(int(vh["pci_devices"]), []).append(host)
         else:
             node_text = "not run (host failed or unreachable)"
         r = by_node.get(node)
+        if r and r.get("status") == "completed_no_logs":
+            no_logs.append(host)
         if r:
             reason = str(r.get("reason") or "")
             cluster_text = f"{r.get('status')}: {reason[:CLUSTER_CELL_CHARS]}"
@@ -109,7 +136,11 @@ def verify_summary(hosts: Sequence[str], hostvars: Any, cluster: Any) -> dict:
     for cells, details in rows:
         out.append(line(cells))
         out.extend(f"    {d}" for d in details)
-    return {"text": "\n".join(out), "failures": failures}
+    unproven = _unproven(no_driver, no_logs)
+    if unproven:
+        out.append("Not proven:")
+        out.extend(f"    {u}" for u in unproven)
+    return {"text": "\n".join(out), "failures": failures, "unproven": unproven}
 
 
 class FilterModule:

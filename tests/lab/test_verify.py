@@ -96,7 +96,7 @@ def summary_table(stdout: str) -> tuple[dict[str, dict[str, str]], list[str]]:
         pos += len(title)
     rows, details = {}, []
     for line in lines[headers[0] + 1:]:
-        if not line.strip() or len(line) - len(line.lstrip()) < indent:
+        if not line.strip() or len(line) - len(line.lstrip()) < indent or line.strip() == "Not proven:":
             break
         if line[indent:indent + 4] == "    ":
             details.append(line.strip())
@@ -104,6 +104,21 @@ def summary_table(stdout: str) -> tuple[dict[str, dict[str, str]], list[str]]:
         cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
         rows[cells[0]] = dict(zip(SUMMARY_COLUMNS, cells))
     return rows, details
+
+
+def not_proven(stdout: str) -> list[str]:
+    """The lines of the summary's "Not proven:" section."""
+    lines = stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() == "Not proven:"]
+    if not starts:
+        return []
+    indent = len(lines[starts[0]]) - len(lines[starts[0]].lstrip()) + 4
+    out = []
+    for line in lines[starts[0] + 1:]:
+        if len(line) - len(line.lstrip()) < indent or not line.strip():
+            break
+        out.append(line.strip())
+    return out
 
 
 def test_verify_playbook_prints_one_summary(playbook):
@@ -114,8 +129,17 @@ def test_verify_playbook_prints_one_summary(playbook):
     for node in GPU_NODES:
         row = rows[node]
         assert row["NODE"] == node
+        # The lab's GPU hosts have eight GPUs on their PCI bus (lab.sh's sysfs tree) and no driver that could load.
+        assert row["GPUS"] == "8 in sysfs, no driver" and row["DRIVER"] == "not loaded", row
         assert row["NODE TEST"] == "skipped (no GPU or driver)"
         assert row["IN CLUSTER"].startswith("completed_no_logs: completed, logs unavailable"), row
+    # What the lab could not prove is said plainly under the table, and is no failure.
+    hosts = ", ".join(GPU_NODES)
+    unproven = not_proven(res.stdout)
+    assert len(unproven) == 2, res.stdout[-3000:]
+    assert unproven[0].startswith(f"{hosts}: 8 GPU(s) on the PCI bus, but no NVIDIA driver loaded: no vectorAdd ran "
+                                  "on them, so neither the driver nor the GPUs are proven to work"), unproven
+    assert unproven[1].startswith(f"{hosts}: in cluster, the Job's pod completed but its log"), unproven
 
 
 def test_failed_node_test_shows_failed_with_its_reason_and_fails_the_play_after_the_summary(playbook):

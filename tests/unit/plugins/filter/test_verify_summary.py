@@ -130,3 +130,42 @@ def test_summary_cluster_failure_and_skip():
 def test_summary_host_without_node_name():
     out = verify_summary(["gpu-x"], {"gpu-x": {}}, {"skipped": True})
     assert "gpu-x" in out["text"] and " ? " in out["text"]
+
+
+def test_summary_says_what_a_host_without_a_loaded_driver_could_not_prove():
+    """GPUs in sysfs, no driver loaded (the lab's node containers, a host waiting for its reboot): the node test is
+    skipped, which is no failure, and the summary says plainly what was not proven; Jobs that completed without a log
+    too."""
+    hv = {name: host(SKIPPED, gpus=[], driver="not loaded", pci=8) for name in ("lab-1", "lab-2")}
+    hv["lab-3"] = host(SKIPPED, gpus=[], driver="not loaded", pci=4)
+    hv["ok"] = host(PASSED)
+    for name, vars_ in hv.items():
+        vars_["ansible_facts"]["nodename"] = name
+    cluster = {"changed": False, "passed": True, "results": [
+        {"node": "lab-1", "status": "completed_no_logs", "reason": "completed, logs unavailable"},
+        {"node": "lab-2", "status": "completed_no_logs", "reason": "completed, logs unavailable"},
+        {"node": "ok", "status": "passed", "reason": "Test PASSED"},
+    ]}
+    out = verify_summary(["lab-1", "lab-2", "lab-3", "ok"], hv, cluster)
+    assert out["failures"] == []
+    assert out["unproven"] == [
+        "lab-3: 4 GPU(s) on the PCI bus, but no NVIDIA driver loaded: no vectorAdd ran on them, so neither the driver "
+        "nor the GPUs are proven to work (the driver loads after a reboot; a host with no real GPU, as the lab's node "
+        "containers, never loads it)",
+        "lab-1, lab-2: 8 GPU(s) on the PCI bus, but no NVIDIA driver loaded: no vectorAdd ran on them, so neither the "
+        "driver nor the GPUs are proven to work (the driver loads after a reboot; a host with no real GPU, as the "
+        "lab's node containers, never loads it)",
+        "lab-1, lab-2: in cluster, the Job's pod completed but its log, where cuda-vector-add writes 'Test PASSED', "
+        "could not be read: the GPU was allocated and the pod ran, its result is not proven (a Node that runs no "
+        "containers, as the lab's kwok Nodes, gives no logs)",
+    ]
+    lines = out["text"].splitlines()
+    assert lines[-4] == "Not proven:" and lines[-3:] == [f"    {u}" for u in out["unproven"]]
+
+
+def test_summary_with_everything_proven_has_no_not_proven_section():
+    out = verify_summary(["gpu-a.example.net"], hostvars(), CLUSTER_OK)
+    assert out["unproven"] == [] and "Not proven" not in out["text"]
+    # A failed node test is a failure, not something unproven.
+    out = verify_summary(["gpu-c"], hostvars(), CLUSTER_OK)
+    assert out["unproven"] == [] and out["failures"]
