@@ -1,6 +1,7 @@
 """The driver role's kernel-module flavour on a lab node, in check mode, with the GPU and loaded driver of a real host.
 
-The node container (Debian 12, no GPU, no driver) gets a sysfs PCI tree and a /proc/driver/nvidia/version under a
+A node container of the lab's recipe (lab/lab.sh node: Debian 12, no GPU, no driver; the lab's own GPU hosts have the
+driver installed by site.yml) gets a sysfs PCI tree and a /proc/driver/nvidia/version under a
 scratch directory, and the role reads them through driver_sysfs_root/driver_proc_root (passed to gpu_facts). The
 H100's device id and the /proc line formats are those recorded on the GPU machine and NVIDIA's; V100 is 0x1db4.
 Check mode: the role plans (driver_result) and changes nothing on the node; the real dpkg database, apt sources
@@ -16,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from ansible_output import recap
-from conftest import GPU_NODES, run
+from conftest import LAB_NAME, ROOT, run
 
-NODE = GPU_NODES[0]  # Debian 12
+NODE = f"{LAB_NAME}-flavour-1"  # Debian 12
 PROPRIETARY_535 = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Wed Jul 30 00:00:00 UTC 2025"
 H100, V100 = "0x2330", "0x1db4"
 PLAY = """
@@ -44,8 +45,23 @@ def sh(script: str) -> None:
     subprocess.run(["docker", "exec", NODE, "sh", "-ec", script], check=True, capture_output=True, text=True)
 
 
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    """The node container and an inventory that puts it in gpu_nodes beside the lab's (removed at the end)."""
+    inventory = tmp_path_factory.mktemp("flavour-inventory") / "hosts.yml"
+    inventory.write_text(json.dumps({"gpu_nodes": {"hosts": {NODE: {
+        "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+    try:
+        cp = subprocess.run([str(ROOT / "lab/lab.sh"), "node", NODE, "bookworm"], capture_output=True, text=True,
+                            timeout=180, check=False)
+        assert cp.returncode == 0, cp.stderr[-2000:]
+        yield inventory
+    finally:
+        subprocess.run(["docker", "rm", "-f", NODE], capture_output=True, check=False)
+
+
 @pytest.fixture
-def fake_host(tmp_path):
+def fake_host(node):
     """Build a fake sysfs/proc root on the node: fake_host(device_id, proc_line or None) -> its extra vars."""
     roots = []
 
@@ -65,17 +81,18 @@ def fake_host(tmp_path):
         sh("rm -rf " + " ".join(roots))
 
 
-def role(tmp_path: Path, extra: dict) -> tuple[subprocess.CompletedProcess, dict | None]:
+def role(inventory: Path, tmp_path: Path, extra: dict) -> tuple[subprocess.CompletedProcess, dict | None]:
     play, out = tmp_path / "play.yml", tmp_path / "result.json"
     play.write_text(PLAY)
     extra_file = tmp_path / "vars.json"
     extra_file.write_text(json.dumps({"node": NODE, "out": str(out), **extra}))
-    cp = run(["ansible-playbook", "-i", "inventories/lab", "--check", "-l", NODE, str(play), "-e", f"@{extra_file}"])
+    cp = run(["ansible-playbook", "-i", "inventories/lab", "-i", str(inventory), "--check", "-l", NODE, str(play),
+              "-e", f"@{extra_file}"])
     return cp, (json.loads(out.read_text()) if out.exists() else None)
 
 
-def test_default_keeps_loaded_proprietary_modules(fake_host, tmp_path):
-    cp, result = role(tmp_path, fake_host(H100, PROPRIETARY_535))
+def test_default_keeps_loaded_proprietary_modules(node, fake_host, tmp_path):
+    cp, result = role(node, tmp_path, fake_host(H100, PROPRIETARY_535))
     assert cp.returncode == 0, cp.stdout[-3000:]
     # Nothing to install: the loaded 535 driver of the distribution's branch, proprietary modules kept.
     assert result["status"] == "already_loaded", result
@@ -85,31 +102,31 @@ def test_default_keeps_loaded_proprietary_modules(fake_host, tmp_path):
     assert recap(cp.stdout)[NODE]["changed"] == 0, cp.stdout[-3000:]
 
 
-def test_new_install_on_h100_plans_open(fake_host, tmp_path):
-    cp, result = role(tmp_path, fake_host(H100, None))
+def test_new_install_on_h100_plans_open(node, fake_host, tmp_path):
+    cp, result = role(node, tmp_path, fake_host(H100, None))
     assert cp.returncode == 0, cp.stdout[-3000:]
     assert result["status"] == "would_install" and result["kernel_modules"] == "open", result
     assert "nvidia-open-kernel-dkms" in result["packages"] and "nvidia-kernel-dkms" not in result["packages"]
     assert result["kernel_modules_reason"].startswith("auto: new install; every GPU (1) is Turing or later")
 
 
-def test_new_install_on_v100_plans_proprietary(fake_host, tmp_path):
-    cp, result = role(tmp_path, fake_host(V100, None))
+def test_new_install_on_v100_plans_proprietary(node, fake_host, tmp_path):
+    cp, result = role(node, tmp_path, fake_host(V100, None))
     assert cp.returncode == 0, cp.stdout[-3000:]
     assert result["status"] == "would_install" and result["kernel_modules"] == "proprietary", result
     assert "nvidia-kernel-dkms" in result["packages"] and "nvidia-open-kernel-dkms" not in result["packages"]
     assert "0000:3b:00.0 (PCI device id 0x1db4) is older than Turing" in result["kernel_modules_reason"]
 
 
-def test_explicit_open_switches_loaded_proprietary(fake_host, tmp_path):
-    cp, result = role(tmp_path, {**fake_host(H100, PROPRIETARY_535), "driver_kernel_modules": "open"})
+def test_explicit_open_switches_loaded_proprietary(node, fake_host, tmp_path):
+    cp, result = role(node, tmp_path, {**fake_host(H100, PROPRIETARY_535), "driver_kernel_modules": "open"})
     assert cp.returncode == 0, cp.stdout[-3000:]
     assert result["status"] == "would_install" and result["kernel_modules"] == "open", result
     assert "asks to switch from the loaded proprietary kernel module to open" in result["kernel_modules_reason"]
 
 
-def test_explicit_open_on_v100_fails_clearly(fake_host, tmp_path):
-    cp, result = role(tmp_path, {**fake_host(V100, PROPRIETARY_535), "driver_kernel_modules": "open"})
+def test_explicit_open_on_v100_fails_clearly(node, fake_host, tmp_path):
+    cp, result = role(node, tmp_path, {**fake_host(V100, PROPRIETARY_535), "driver_kernel_modules": "open"})
     assert cp.returncode != 0 and result is None
     assert (f"{NODE}: driver_kernel_modules=open, but GPU 0000:3b:00.0 (PCI device id 0x1db4) is older than Turing"
             in cp.stdout), cp.stdout[-3000:]

@@ -123,8 +123,17 @@ def test_gpu_node_containers(node, release):
     def sh(cmd: str) -> str:
         return subprocess.run(["docker", "exec", node, "sh", "-c", cmd],
                               capture_output=True, text=True, check=True).stdout.strip()
-    assert sh("systemctl is-system-running") == "running"
+    # nvidia-persistenced, enabled by site.yml's driver role, fails where no driver can load (no GPU): the only unit
+    # allowed to fail.
+    state = subprocess.run(["docker", "exec", node, "systemctl", "is-system-running"], capture_output=True,
+                           text=True, check=False).stdout.strip()
+    failed = sh("systemctl --failed --no-legend --plain | awk '{print $1}'").split()
+    assert state == "running" or (state == "degraded" and set(failed) <= {"nvidia-persistenced.service"}), failed
     assert sh("hostname") == node
+    # A GPU host to the roles: eight H100s on the PCI bus, Docker and containerd running.
+    devices = sh("cat /sys/bus/pci/devices/*/device").split()
+    assert devices.count("0x2330") == 8, devices
+    assert sh("systemctl is-active docker containerd").split() == ["active", "active"]
     assert sh(". /etc/os-release; echo $VERSION_ID") == release
     assert sh("python3 -c 'print(1)'") == "1"
 
