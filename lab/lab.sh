@@ -8,14 +8,14 @@
 #   lab/lab.sh status  show what is running
 #   lab/lab.sh images  only build the Debian node images (and what that needs)
 #   lab/lab.sh node NAME SUITE [IMAGE]   one more node container (tests remove it)
+#   lab/lab.sh scale N  N GPU hosts in all: extra node containers and kwok Nodes
+#                       (gpu-3..gpu-N) for scale benchmarks; N=2 removes them
 #
 # The GPU node containers (GPU_NODES, and scale's extras) are GPU hosts to the
 # roles: eight H100s on their PCI bus (a sysfs tree of the lab's own, mounted
 # over /sys/bus/pci/devices), Debian's Docker and containerd installed and
 # running (the gpu-host image). They have no GPU to load a driver for: the
 # driver is installed and its module built by DKMS, not loaded.
-#   lab/lab.sh scale N  N GPU hosts in all: extra node containers and kwok Nodes
-#                       (gpu-3..gpu-N) for scale benchmarks; N=2 removes them
 #
 # Everything talks only to loopback and to the lab's own Docker network.
 source "$(dirname "$0")/lib.sh"

@@ -61,21 +61,17 @@ def _gpus_cell(vh: Mapping) -> str:
     return f"{vh.get('pci_devices', 0)} in sysfs, no driver"
 
 
-def _names(hosts: Sequence[str]) -> str:
-    return ", ".join(hosts)
-
-
 def _unproven(no_driver: dict[int, list[str]], no_logs: list[str]) -> list[str]:
     """What the checks that ran could not prove, one line each: GPUs on the PCI bus with no driver to run vectorAdd
     on them, and Jobs whose "Test PASSED" could not be read."""
     lines = [
-        f"{_names(hosts)}: {count} GPU(s) on the PCI bus, but no NVIDIA driver loaded: no vectorAdd ran on them, so "
+        f"{', '.join(hosts)}: {count} GPU(s) on the PCI bus, but no NVIDIA driver loaded: no vectorAdd ran on them, so "
         "neither the driver nor the GPUs are proven to work (the driver loads after a reboot; a host with no real "
         "GPU, as the lab's node containers, never loads it)"
         for count, hosts in sorted(no_driver.items())]
     if no_logs:
         lines.append(
-            f"{_names(no_logs)}: in cluster, the Job's pod completed but its log, where cuda-vector-add writes "
+            f"{', '.join(no_logs)}: in cluster, the Job's pod completed but its log, where cuda-vector-add writes "
             "'Test PASSED', could not be read: the GPU was allocated and the pod ran, its result is not proven (a Node "
             "that runs no containers, as the lab's kwok Nodes, gives no logs)")
     return lines
@@ -105,8 +101,9 @@ def verify_summary(hosts: Sequence[str], hostvars: Any, cluster: Any) -> dict:
                 for reason in vh.get("node_test_failures") or [node_text]:
                     details.append(f"{host}: {reason}")
                     failures.append(f"{host}: node test FAILED: {reason}")
-            if not vh.get("gpus") and int(vh.get("pci_devices") or 0) > 0 and vh.get("node_test_status") != "failed":
-                no_driver.setdefault(int(vh["pci_devices"]), []).append(host)
+            in_sysfs = int(vh.get("pci_devices") or 0)
+            if not vh.get("gpus") and in_sysfs > 0 and vh.get("node_test_status") != "failed":
+                no_driver.setdefault(in_sysfs, []).append(host)
         else:
             node_text = "not run (host failed or unreachable)"
         r = by_node.get(node)
