@@ -8,6 +8,9 @@
 #   lab/lab.sh status  show what is running
 #   lab/lab.sh images  only build the Debian node images (and what that needs)
 #   lab/lab.sh node NAME SUITE [IMAGE]   one more node container (tests remove it)
+#   lab/lab.sh reset   the GPU node containers started again from their image:
+#                      what earlier runs installed on them (the driver, the
+#                      toolkit) is gone; their kwok Nodes are left as they are
 #   lab/lab.sh scale N  N GPU hosts in all: extra node containers and kwok Nodes
 #                       (gpu-3..gpu-N) for scale benchmarks; N=2 removes them
 #
@@ -556,6 +559,27 @@ cmd_node() {
   start_node_container "$1" "$2" "$image"
 }
 
+# `up` keeps GPU node containers that already run (a lab brought up again keeps what site.yml installed); `reset`
+# starts them again from the gpu-host image, as a fresh lab has them (tests/lab/test_site.py, whose first run must
+# find hosts with nothing installed).
+cmd_reset() {
+  [ $# -eq 0 ] || { echo "usage: $0 reset" >&2; exit 2; }
+  lock_lab reset
+  local entry suite
+  docker network inspect "$NETWORK" >/dev/null 2>&1 || die "no network $NETWORK: run lab/lab.sh up first"
+  for entry in "${GPU_NODES[@]}"; do
+    suite=${entry##*:}
+    docker image inspect "$(gpu_host_tag "$suite")" >/dev/null 2>&1 || die "no image $(gpu_host_tag "$suite"): run lab/lab.sh up first"
+  done
+  write_gpu_sysfs
+  NODE_RUN_ARGS=(); add_gpu_host_run_args
+  for entry in "${GPU_NODES[@]}"; do
+    docker rm -f "${entry%%:*}" >/dev/null 2>&1 || true
+    start_node_container "${entry%%:*}" "${entry##*:}" "$(gpu_host_tag "${entry##*:}")"
+  done
+  log "reset: ${#GPU_NODES[@]} GPU hosts as the gpu-host image has them"
+}
+
 # Extra GPU hosts for scale benchmarks (bench/site_scale.py): lab.sh scale N leaves N GPU hosts in the lab, the
 # ones of GPU_NODES and the extras $LAB_NAME-gpu-3..N, Debian bookworm and trixie in turn as gpu-1 and gpu-2. Each
 # extra is a node container of the lab's recipe, started side by side, and a kwok Node of topology.py's shape with
@@ -635,8 +659,9 @@ case "${1:-}" in
   up) cmd_up ;;
   node) shift; cmd_node "$@" ;;
   scale) shift; cmd_scale "$@" ;;
+  reset) shift; cmd_reset "$@" ;;
   images) cmd_images ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|status|images|node NAME SUITE [IMAGE]|scale N" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|images|node NAME SUITE [IMAGE]|scale N|reset" >&2; exit 2 ;;
 esac

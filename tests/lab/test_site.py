@@ -5,7 +5,9 @@ The lab's GPU node containers are GPU hosts to the roles (lab/lab.sh): eight H10
 job does the host half for real: Debian's driver packages installed and their kernel module built by DKMS for the
 Debian kernel (Debian 12: the suite's 535 with the open module, chosen for the H100s; Debian 13: driver_branch 535,
 Tesla packages, proprietary module), not loaded (no GPU to load it for); the container toolkit from the lab's
-repository; nvidia the default runtime of Docker and containerd, both restarted and running it.
+repository; nvidia the default runtime of Docker and containerd, both restarted and running it. The GPU hosts are
+started again from their image first (lab/lab.sh reset): a lab brought up again keeps what an earlier site.yml
+installed, and the first run here must find nothing installed.
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import json
 import re
 import subprocess
 
+import pytest
+
 from ansible_output import recap
-from conftest import GPU_NODES
+from conftest import GPU_NODES, ROOT, run
 
 # Debian 12: nvidia-open-kernel-dkms (the suite's 535, open module); Debian 13: the Tesla 535 branch, proprietary.
 DKMS_MODULE = {GPU_NODES[0]: "nvidia-current-open/535.", GPU_NODES[1]: "nvidia-tesla-535/535."}
@@ -25,6 +29,14 @@ def sh(host: str, cmd: str) -> str:
                         check=False)
     assert cp.returncode == 0, f"{host}: {cmd}: {cp.stdout[-2000:]}{cp.stderr[-2000:]}"
     return cp.stdout
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_gpu_hosts():
+    cp = run([str(ROOT / "lab/lab.sh"), "reset"])
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    for host in GPU_NODES:
+        assert not sh(host, "dpkg -l '*nvidia*' 2>/dev/null | grep '^ii' || true").strip(), f"{host}: NVIDIA packages left"
 
 
 def test_site_does_the_host_half_and_a_second_run_changes_nothing(playbook):
