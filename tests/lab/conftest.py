@@ -51,6 +51,15 @@ def run(cmd: list[str], env_extra: dict | None = None, **kw) -> subprocess.Compl
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False, **kw)
 
 
+def node_sh(host: str, cmd: str, check: bool = True, timeout: int = 600) -> str:
+    """`sh -c CMD` in the node container HOST (docker exec): its standard output; asserts exit 0 unless check=False."""
+    cp = subprocess.run(["docker", "exec", host, "sh", "-c", cmd], capture_output=True, text=True, timeout=timeout,
+                        check=False)
+    if check:
+        assert cp.returncode == 0, f"{host}: {cmd}: {cp.stdout[-2000:]}{cp.stderr[-2000:]}"
+    return cp.stdout
+
+
 @pytest.fixture(scope="session")
 def playbook():
     def _run(*args: str) -> subprocess.CompletedProcess:

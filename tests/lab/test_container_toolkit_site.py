@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ansible_output import recap
-from conftest import LAB_NAME, LAB_STATE, run
+from conftest import LAB_NAME, LAB_STATE, node_sh, run
 
 NODE = f"{LAB_NAME}-toolkit-site"
 IMAGE = "k8sgpu-lab/debian:bookworm"
@@ -27,11 +27,7 @@ DAEMON_JSON = {"storage-driver": "vfs", "registry-mirrors": ["http://127.0.0.1:5
 
 
 def sh(cmd: str, check: bool = True, timeout: int = 600) -> str:
-    cp = subprocess.run(["docker", "exec", NODE, "sh", "-c", cmd], capture_output=True, text=True, timeout=timeout,
-                        check=False)
-    if check:
-        assert cp.returncode == 0, f"{cmd}: {cp.stdout[-2000:]}{cp.stderr[-2000:]}"
-    return cp.stdout.strip()
+    return node_sh(NODE, cmd, check, timeout).strip()
 
 
 def role(**extra) -> subprocess.CompletedProcess:

@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import LAB_NAME, LAB_STATE, ROOT, run
+from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
 
 sys.path.insert(0, str(ROOT / "lab"))
 sys.path.insert(0, str(ROOT / "collections"))
@@ -48,11 +48,7 @@ ROLE = """\
 
 
 def sh(cmd: str, check: bool = True) -> str:
-    cp = subprocess.run(["docker", "exec", HOST, "sh", "-c", cmd], capture_output=True, text=True, timeout=300,
-                        check=False)
-    if check:
-        assert cp.returncode == 0, f"{HOST}: {cmd}: {cp.stdout[-2000:]}{cp.stderr[-2000:]}"
-    return cp.stdout
+    return node_sh(HOST, cmd, check)
 
 
 def lab_key() -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from conftest import LAB_NAME, LAB_STATE, ROOT, run
+from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
 
 sys.path.insert(0, str(ROOT / "lab"))
 from topology import node as kwok_node  # noqa: E402  # pylint: disable=wrong-import-position
@@ -33,10 +33,7 @@ PLAYBOOK = ROOT / "tests/lab/playbooks/maintenance_plan.yml"
 
 
 def sh(cmd: str) -> str:
-    cp = subprocess.run(["docker", "exec", HOST, "sh", "-c", cmd], capture_output=True, text=True, timeout=120,
-                        check=False)
-    assert cp.returncode == 0, f"{HOST}: {cmd}: {cp.stdout[-2000:]}{cp.stderr[-2000:]}"
-    return cp.stdout
+    return node_sh(HOST, cmd)
 
 
 def host_state() -> dict[str, str]:

@@ -13,22 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
 
 from ansible_output import recap
 from conftest import GPU_NODES, ROOT, run
+from conftest import node_sh as sh
 
 # Debian 12: nvidia-open-kernel-dkms (the suite's 535, open module); Debian 13: the Tesla 535 branch, proprietary.
 DKMS_MODULE = {GPU_NODES[0]: "nvidia-current-open/535.", GPU_NODES[1]: "nvidia-tesla-535/535."}
-
-
-def sh(host: str, cmd: str) -> str:
-    cp = subprocess.run(["docker", "exec", host, "sh", "-c", cmd], capture_output=True, text=True, timeout=120,
-                        check=False)
-    assert cp.returncode == 0, f"{host}: {cmd}: {cp.stdout[-2000:]}{cp.stderr[-2000:]}"
-    return cp.stdout
 
 
 @pytest.fixture(scope="module", autouse=True)

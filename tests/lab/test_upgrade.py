@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client, config, watch
 
 from ansible_output import recap
-from conftest import LAB_NAME, LAB_STATE, ROOT, run
+from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
 
 HOSTS = {f"{LAB_NAME}-upgrade-1": ("bookworm", f"{LAB_NAME}-gpu-1"),
          f"{LAB_NAME}-upgrade-2": ("trixie", f"{LAB_NAME}-gpu-2")}
@@ -33,11 +33,7 @@ DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
 
 
 def sh(host: str, cmd: str, check: bool = True) -> str:
-    cp = subprocess.run(["docker", "exec", host, "sh", "-c", cmd], capture_output=True, text=True, timeout=600,
-                        check=False)
-    if check:
-        assert cp.returncode == 0, f"{host}: {cmd}: {cp.stdout[-2000:]}{cp.stderr[-2000:]}"
-    return cp.stdout.strip()
+    return node_sh(host, cmd, check).strip()
 
 
 def flat(out: str) -> str:

@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client, config
 
 from ansible_output import recap
-from conftest import LAB_NAME, LAB_STATE, ROOT
+from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh
 from test_upgrade import NodeWatch, flat
 
 pytestmark = pytest.mark.skipif(os.environ.get("K8SGPU_UPGRADE_TEST") != "1",
@@ -37,10 +37,7 @@ HELD = ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-persistenced", "nvidia-sm
 
 
 def sh(host: str, cmd: str) -> str:
-    cp = subprocess.run(["docker", "exec", host, "sh", "-c", cmd], capture_output=True, text=True, timeout=120,
-                        check=False)
-    assert cp.returncode == 0, f"{host}: {cmd}: {cp.stdout[-2000:]}{cp.stderr[-2000:]}"
-    return cp.stdout.strip()
+    return node_sh(host, cmd).strip()
 
 
 def restarts(host: str) -> int:
