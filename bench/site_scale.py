@@ -1,9 +1,11 @@
 """Benchmark: site.yml with nothing to change on 2 lab GPU hosts and on N (default 20), side by side (issue 24 item 3).
 
-The lab must have N GPU hosts first (`lab/lab.sh scale N`: node containers k8sgpu-lab-gpu-3..N and their kwok
-Nodes); the 2-host inventory is inventories/lab as shipped, the N-host one is generated into a temporary directory
-from it (the same group_vars, hosts.yml with gpu-1..N in gpu_nodes; inventories/lab is not changed). Then:
-  converge  ansible-playbook site.yml once on the N hosts, untimed (the extra hosts' first run);
+The lab must have N GPU hosts first, converged: site.yml once on the lab, then `lab/lab.sh scale N --from-hosts`
+(node containers k8sgpu-lab-gpu-3..N, copies of gpu-1 and gpu-2 as site.yml left them, and their kwok Nodes; without
+--from-hosts each extra would build the driver's module with DKMS in the untimed run below). The 2-host inventory is
+inventories/lab as shipped, the N-host one is generated into a temporary directory from it (the same group_vars,
+hosts.yml with gpu-1..N in gpu_nodes; inventories/lab is not changed). Then:
+  converge  ansible-playbook site.yml once on the N hosts, untimed (the extra hosts' first run: their Nodes' labels);
   floors    the machine's busy CPU while nothing runs (N node containers up), and the CPU one `docker exec` of
             `true` and of `python3 -c pass` on gpu-1 costs (client and whole machine): what a remote task costs at
             least before Ansible's own work;
@@ -19,7 +21,8 @@ growth = (median site.yml on N - median on 2) / median on 2; issue 24 asks for a
 (ansible.cfg: forks = 50).
 
 Extra Nodes disturb other users of the lab: hold its lock for as long as they exist and always scale back, e.g.
-  flock /tmp/k8sgpu/lab.lock bash -c 'trap "lab/lab.sh scale 2" EXIT; lab/lab.sh scale 20 &&
+  flock /tmp/k8sgpu/lab.lock bash -c 'trap "lab/lab.sh scale 2" EXIT; ansible-playbook site.yml -i inventories/lab &&
+    lab/lab.sh scale 20 --from-hosts &&
     PYTHONPATH=tests/support .venv/bin/python bench/site_scale.py --rounds 2 --profile --json bench/output/site_scale.json'
 """
 from __future__ import annotations
@@ -117,8 +120,9 @@ def check_lab(hosts: int) -> None:
     running = {line.split()[0].lstrip("/") for line in proc.stdout.splitlines() if line.endswith(" true")}
     missing = [n for n in names if n not in running]
     if missing:
-        raise SystemExit(f"GPU host containers not running: {', '.join(missing)}. Run `lab/lab.sh scale {hosts}` "
-                         "first (inside the lab's lock; scale back with `lab/lab.sh scale 2`)")
+        raise SystemExit(f"GPU host containers not running: {', '.join(missing)}. Run site.yml on the lab, then "
+                         f"`lab/lab.sh scale {hosts} --from-hosts` first (inside the lab's lock; scale back with "
+                         "`lab/lab.sh scale 2`)")
 
 
 def floors(host: str, calls: int = 10, idle_s: float = 5.0) -> dict:

@@ -11,8 +11,11 @@
 #   lab/lab.sh reset   the GPU node containers started again from their image:
 #                      what earlier runs installed on them (the driver, the
 #                      toolkit) is gone; their kwok Nodes are left as they are
-#   lab/lab.sh scale N  N GPU hosts in all: extra node containers and kwok Nodes
-#                       (gpu-3..gpu-N) for scale benchmarks; N=2 removes them
+#   lab/lab.sh scale N [--from-hosts]
+#                       N GPU hosts in all: extra node containers and kwok Nodes
+#                       (gpu-3..gpu-N) for scale benchmarks; N=2 removes them.
+#                       --from-hosts: the extras are copies of gpu-1 and gpu-2
+#                       as they are now (docker commit), e.g. after site.yml
 #
 # The GPU node containers (GPU_NODES, and scale's extras) are GPU hosts to the
 # roles: eight H100s on their PCI bus (a sysfs tree of the lab's own, mounted
@@ -277,7 +280,7 @@ start_node_container() {
     docker update --restart "$NODE_RESTART_POLICY" "$name" >/dev/null
     log "node $name: running"; return
   fi
-  docker rm -f "$name" >/dev/null 2>&1 || true
+  docker rm -f -v "$name" >/dev/null 2>&1 || true
   docker run -d --name "$name" --hostname "$name" --network "$NETWORK" \
     --label "k8sgpu.lab=$LAB_NAME" "${NODE_RUN_ARGS[@]}" --restart "$NODE_RESTART_POLICY" \
     --cap-add SYS_ADMIN --cap-add NET_ADMIN \
@@ -303,7 +306,7 @@ stop_containers() {
   local ids
   ids=$(docker ps -aq --filter "label=k8sgpu.lab=$LAB_NAME")
   # shellcheck disable=SC2086 # one argument per container id
-  [ -z "$ids" ] || docker rm -f $ids >/dev/null
+  [ -z "$ids" ] || docker rm -f -v $ids >/dev/null
 }
 
 # --- Kubernetes control plane ----------------------------------------------------
@@ -521,6 +524,7 @@ cmd_down() {
   if docker info >/dev/null 2>&1; then
     stop_containers
     stop_network
+    docker image ls -q "$SCALE_COPY_TAG" | sort -u | xargs -r docker rmi -f >/dev/null 2>&1 || true
   fi
   stop_apt_proxy
   stop_docker
@@ -574,7 +578,7 @@ cmd_reset() {
   write_gpu_sysfs
   NODE_RUN_ARGS=(); add_gpu_host_run_args
   for entry in "${GPU_NODES[@]}"; do
-    docker rm -f "${entry%%:*}" >/dev/null 2>&1 || true
+    docker rm -f -v "${entry%%:*}" >/dev/null 2>&1 || true
     start_node_container "${entry%%:*}" "${entry##*:}" "$(gpu_host_tag "${entry##*:}")"
   done
   log "reset: ${#GPU_NODES[@]} GPU hosts as the gpu-host image has them"
@@ -586,21 +590,29 @@ cmd_reset() {
 # the label SCALE_LABEL (its container: SCALE_CONTAINER_LABEL). Extras above N are removed with their Nodes and the
 # pods bound to those Nodes (DaemonSets' pods). Opt-in: `up` starts none, `down` removes them with the rest. Other
 # lab users count Nodes: hold the lab's lock for as long as extras exist, and scale back to 2 before letting go.
+# With --from-hosts each extra starts from a commit of the GPU host of its suite as it is now (SCALE_COPY_TAG): a lab
+# that site.yml converged scales to converged extras, without a DKMS build on each. `scale 2` removes the copies.
 SCALE_LABEL=k8sgpu.lab/scale-extra
 SCALE_CONTAINER_LABEL=k8sgpu.lab.scale-extra
+SCALE_COPY_TAG=k8sgpu-lab/gpu-host-copy
 SCALE_MAX=64
 cmd_scale() {
-  { [ $# -eq 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; } || { echo "usage: $0 scale N (GPU hosts in all, ${#GPU_NODES[@]}..$SCALE_MAX)" >&2; exit 2; }
-  local want=$((10#$1)) base=${#GPU_NODES[@]} kubectl name i suite pids=() failed=0 add=() drop=()
+  local from_hosts=false flags=()
+  [ "${2:-}" != --from-hosts ] || { from_hosts=true; flags=(--from-hosts); set -- "$1"; }
+  { [ $# -eq 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; } \
+    || { echo "usage: $0 scale N [--from-hosts] (GPU hosts in all, ${#GPU_NODES[@]}..$SCALE_MAX)" >&2; exit 2; }
+  local want=$((10#$1)) base=${#GPU_NODES[@]} kubectl name i suite entry pids=() failed=0 add=() drop=()
+  local -A image=()
   [ "$want" -ge "$base" ] \
     || die "scale $want: the lab has $base GPU hosts of its own and N counts them (lab.sh scale $base removes the extras)"
   [ "$want" -le "$SCALE_MAX" ] || die "scale $want: at most $SCALE_MAX GPU hosts"
-  lock_lab scale "$want"
+  lock_lab scale "$want" "${flags[@]}"
   kubectl=("$(k8s_bin_dir)/kubectl" --kubeconfig "$KUBECONFIG_OUT")
   docker network inspect "$NETWORK" >/dev/null 2>&1 || die "no network $NETWORK: run lab/lab.sh up first"
   { [ -f "$KUBECONFIG_OUT" ] && cluster_up; } || die "the lab's API server is not up: run lab/lab.sh up first"
   for suite in bookworm trixie; do
     docker image inspect "$(gpu_host_tag "$suite")" >/dev/null 2>&1 || die "no image $(gpu_host_tag "$suite"): run lab/lab.sh up first"
+    image[$suite]=$(gpu_host_tag "$suite")
   done
   write_gpu_sysfs
 
@@ -613,12 +625,26 @@ cmd_scale() {
              "${kubectl[@]}" get nodes -l "$SCALE_LABEL" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'; } | sort -u)
   if [ "${#drop[@]}" -gt 0 ]; then
     log "scale: removing ${#drop[@]} extra GPU host(s): ${drop[*]}"
-    docker rm -f "${drop[@]}" >/dev/null 2>&1 || true
+    docker rm -f -v "${drop[@]}" >/dev/null 2>&1 || true
     "${kubectl[@]}" delete node --ignore-not-found --wait=true "${drop[@]}" >/dev/null
     # Pods bound to a deleted Node (DaemonSets') would wait for the pod garbage collector.
     for name in "${drop[@]}"; do
       "${kubectl[@]}" delete pods -A --field-selector "spec.nodeName=$name" --force --grace-period=0 \
         --ignore-not-found >/dev/null 2>&1 || true
+    done
+  fi
+  if [ "$want" -eq "$base" ]; then
+    docker image ls -q "$SCALE_COPY_TAG" | sort -u | xargs -r docker rmi -f >/dev/null 2>&1 || true
+  elif [ "$from_hosts" = true ]; then
+    for entry in "${GPU_NODES[@]}"; do
+      suite=${entry##*:}
+      # Only the suites of the extras: gpu-3, gpu-5... are bookworm, gpu-4, gpu-6... trixie.
+      [ "$suite" = bookworm ] || [ "$want" -ge $((base + 2)) ] || continue
+      [ "$(docker inspect -f '{{.State.Running}}' "${entry%%:*}" 2>/dev/null)" = true ] \
+        || die "scale --from-hosts: ${entry%%:*} is not running: run lab/lab.sh up first"
+      log "scale: copying ${entry%%:*} (Debian $suite) as it is now to $SCALE_COPY_TAG:$suite"
+      docker commit "${entry%%:*}" "$SCALE_COPY_TAG:$suite" >/dev/null
+      image[$suite]="$SCALE_COPY_TAG:$suite"
     done
   fi
 
@@ -628,7 +654,10 @@ cmd_scale() {
     if [ $((i % 2)) -eq 1 ]; then suite=bookworm; else suite=trixie; fi
     add+=("$name")
     NODE_RUN_ARGS=(--label "$SCALE_CONTAINER_LABEL=true"); add_gpu_host_run_args
-    start_node_container "$name" "$suite" "$(gpu_host_tag "$suite")" &
+    # dockerd renames directories under /var/lib/docker when it starts, which overlayfs refuses (EXDEV) for a
+    # directory of a lower layer, as the copy's is: an anonymous volume, filled from the copy, holds it instead.
+    [ "$from_hosts" = false ] || NODE_RUN_ARGS+=(-v /var/lib/docker)
+    start_node_container "$name" "$suite" "${image[$suite]}" &
     pids+=($!)
   done
   for i in "${pids[@]}"; do wait "$i" || failed=$((failed + 1)); done
@@ -663,5 +692,5 @@ case "${1:-}" in
   images) cmd_images ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|status|images|node NAME SUITE [IMAGE]|scale N|reset" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|images|node NAME SUITE [IMAGE]|scale N [--from-hosts]|reset" >&2; exit 2 ;;
 esac
