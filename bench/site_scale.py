@@ -95,10 +95,17 @@ def run(cmd: list[str], env: dict) -> dict:
 
 
 def write_inventory(tmp: Path, hosts: int, connection: str | None = None) -> Path:
-    """inventories/lab with gpu-1..hosts in gpu_nodes, under tmp; the same group_vars (and connection, unless given)."""
+    """inventories/lab with gpu-1..hosts in gpu_nodes, under tmp; the same group_vars and host_vars (and connection,
+    unless given). An extra host gets the host_vars of the lab host of its Debian suite, which lab.sh scale copies
+    (gpu-3, gpu-5...: gpu-1's; gpu-4, gpu-6...: gpu-2's, such as driver_branch "535" for Debian 13)."""
     src = ROOT / "inventories" / "lab"
     dst = tmp / f"lab-{hosts}-{(connection or 'default').rsplit('.', 1)[-1]}"
     shutil.copytree(src / "group_vars", dst / "group_vars")
+    shutil.copytree(src / "host_vars", dst / "host_vars")
+    for i in range(BASE_HOSTS + 1, hosts + 1):
+        twin = dst / "host_vars" / f"{LAB_NAME}-gpu-{2 - i % 2}.yml"
+        if twin.exists():
+            shutil.copyfile(twin, dst / "host_vars" / f"{LAB_NAME}-gpu-{i}.yml")
     text = (src / "hosts.yml").read_text()
     names = [f"{LAB_NAME}-gpu-{i}" for i in range(1, BASE_HOSTS + 1)]
     conn = "ansible_connection: community.docker.docker"
