@@ -524,7 +524,7 @@ cmd_down() {
   if docker info >/dev/null 2>&1; then
     stop_containers
     stop_network
-    docker image ls -q "$SCALE_COPY_TAG" | sort -u | xargs -r docker rmi -f >/dev/null 2>&1 || true
+    remove_scale_copies
   fi
   stop_apt_proxy
   stop_docker
@@ -596,6 +596,7 @@ SCALE_LABEL=k8sgpu.lab/scale-extra
 SCALE_CONTAINER_LABEL=k8sgpu.lab.scale-extra
 SCALE_COPY_TAG=k8sgpu-lab/gpu-host-copy
 SCALE_MAX=64
+remove_scale_copies() { docker image ls -q "$SCALE_COPY_TAG" | sort -u | xargs -r docker rmi -f >/dev/null 2>&1 || true; }
 cmd_scale() {
   local from_hosts=false flags=()
   [ "${2:-}" != --from-hosts ] || { from_hosts=true; flags=(--from-hosts); set -- "$1"; }
@@ -634,7 +635,7 @@ cmd_scale() {
     done
   fi
   if [ "$want" -eq "$base" ]; then
-    docker image ls -q "$SCALE_COPY_TAG" | sort -u | xargs -r docker rmi -f >/dev/null 2>&1 || true
+    remove_scale_copies
   elif [ "$from_hosts" = true ]; then
     for entry in "${GPU_NODES[@]}"; do
       suite=${entry##*:}
