@@ -596,13 +596,26 @@ SCALE_LABEL=k8sgpu.lab/scale-extra
 SCALE_CONTAINER_LABEL=k8sgpu.lab.scale-extra
 SCALE_COPY_TAG=k8sgpu-lab/gpu-host-copy
 SCALE_MAX=64
+# Extra GPU host $1's Debian suite: gpu-3, gpu-5... bookworm as gpu-1; gpu-4, gpu-6... trixie as gpu-2.
+extra_suite() { if [ $(($1 % 2)) -eq 1 ]; then echo bookworm; else echo trixie; fi; }
+# The lab's GPU host of Debian suite $1 as it is now, committed as $SCALE_COPY_TAG:$1.
+copy_gpu_host() {
+  local entry host
+  for entry in "${GPU_NODES[@]}"; do
+    if [ "${entry##*:}" = "$1" ]; then host=${entry%%:*}; fi
+  done
+  [ "$(docker inspect -f '{{.State.Running}}' "$host" 2>/dev/null)" = true ] \
+    || die "scale --from-hosts: $host is not running: run lab/lab.sh up first"
+  log "scale: copying $host (Debian $1) as it is now to $SCALE_COPY_TAG:$1"
+  docker commit "$host" "$SCALE_COPY_TAG:$1" >/dev/null
+}
 remove_scale_copies() { docker image ls -q "$SCALE_COPY_TAG" | sort -u | xargs -r docker rmi -f >/dev/null 2>&1 || true; }
 cmd_scale() {
   local from_hosts=false flags=()
   [ "${2:-}" != --from-hosts ] || { from_hosts=true; flags=(--from-hosts); set -- "$1"; }
   { [ $# -eq 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; } \
     || { echo "usage: $0 scale N [--from-hosts] (GPU hosts in all, ${#GPU_NODES[@]}..$SCALE_MAX)" >&2; exit 2; }
-  local want=$((10#$1)) base=${#GPU_NODES[@]} kubectl name i suite entry pids=() failed=0 add=() drop=()
+  local want=$((10#$1)) base=${#GPU_NODES[@]} kubectl name i suite pids=() failed=0 add=() drop=()
   local -A image=()
   [ "$want" -ge "$base" ] \
     || die "scale $want: the lab has $base GPU hosts of its own and N counts them (lab.sh scale $base removes the extras)"
@@ -634,17 +647,12 @@ cmd_scale() {
         --ignore-not-found >/dev/null 2>&1 || true
     done
   fi
-  if [ "$want" -eq "$base" ]; then
-    remove_scale_copies
-  elif [ "$from_hosts" = true ]; then
-    for entry in "${GPU_NODES[@]}"; do
-      suite=${entry##*:}
-      # Only the suites of the extras: gpu-3, gpu-5... are bookworm, gpu-4, gpu-6... trixie.
-      [ "$suite" = bookworm ] || [ "$want" -ge $((base + 2)) ] || continue
-      [ "$(docker inspect -f '{{.State.Running}}' "${entry%%:*}" 2>/dev/null)" = true ] \
-        || die "scale --from-hosts: ${entry%%:*} is not running: run lab/lab.sh up first"
-      log "scale: copying ${entry%%:*} (Debian $suite) as it is now to $SCALE_COPY_TAG:$suite"
-      docker commit "${entry%%:*}" "$SCALE_COPY_TAG:$suite" >/dev/null
+  [ "$want" -gt "$base" ] || remove_scale_copies
+  if [ "$from_hosts" = true ]; then
+    # The lab host of each extra's suite, copied as it is now (the first two extras name both suites).
+    for ((i = base + 1; i <= want && i <= base + 2; i++)); do
+      suite=$(extra_suite "$i")
+      copy_gpu_host "$suite"
       image[$suite]="$SCALE_COPY_TAG:$suite"
     done
   fi
@@ -652,7 +660,7 @@ cmd_scale() {
   # Extras up to N, started side by side (each waits for its systemd).
   for ((i = base + 1; i <= want; i++)); do
     name="$LAB_NAME-gpu-$i"
-    if [ $((i % 2)) -eq 1 ]; then suite=bookworm; else suite=trixie; fi
+    suite=$(extra_suite "$i")
     add+=("$name")
     NODE_RUN_ARGS=(--label "$SCALE_CONTAINER_LABEL=true"); add_gpu_host_run_args
     # dockerd renames directories under /var/lib/docker when it starts, which overlayfs refuses (EXDEV) for a

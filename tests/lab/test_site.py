@@ -29,7 +29,8 @@ def fresh_gpu_hosts():
     cp = run([str(ROOT / "lab/lab.sh"), "reset"])
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     for host in GPU_NODES:
-        assert not sh(host, "dpkg -l '*nvidia*' 2>/dev/null | grep '^ii' || true").strip(), f"{host}: NVIDIA packages left"
+        installed = sh(host, "dpkg -l '*nvidia*' 2>/dev/null | grep '^ii' || true").strip()
+        assert not installed, f"{host}: NVIDIA packages left: {installed}"
 
 
 def test_site_does_the_host_half_and_a_second_run_changes_nothing(playbook):
