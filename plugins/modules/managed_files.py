@@ -33,7 +33,8 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Reads every path and reports what would change, with the diff; writes nothing.
+    details: Reads every path and reports what would change, with the diff; writes nothing. A file whose directory
+      does not exist yet is reported as one to create.
   diff_mode:
     support: full
     details:
@@ -54,7 +55,8 @@ options:
       state:
         description:
           - V(file) - a regular file with O(files[].content). Its directory must exist (list it before as a
-            V(directory) entry).
+            V(directory) entry); in check mode a missing directory is not an error, as an earlier task that did not
+            run for real (a package that ships it) may create it, and the file is reported as one to create.
           - V(directory) - a directory; its parent must exist.
           - V(absent) - no file at O(files[].path); a directory there fails the task.
         type: str
@@ -207,8 +209,8 @@ def _refusal(path: str, kind: str, state: str) -> str:
     return f"{path}: is {found}, not {wanted}; move it away or fix the path"
 
 
-def handle(module: AnsibleModule, entry: dict, planned_dirs: set) -> tuple[dict, list]:
-    """Make one entry what it says; (result, diffs). planned_dirs: directories created in check mode."""
+def handle(module: AnsibleModule, entry: dict) -> tuple[dict, list]:
+    """Make one entry what it says; (result, diffs)."""
     path, state = entry["path"], entry["state"]
     b_path = to_bytes(path, errors="surrogate_or_strict")
     try:
@@ -234,7 +236,9 @@ def handle(module: AnsibleModule, entry: dict, planned_dirs: set) -> tuple[dict,
         return result, diffs
 
     parent = os.path.dirname(path)
-    if not os.path.isdir(to_bytes(parent, errors="surrogate_or_strict")) and parent not in planned_dirs:
+    # In check mode a missing directory may come from an earlier task that did not run for real (a package that
+    # ships it), so the entry is reported as a change; the real run fails when it is still missing.
+    if not os.path.isdir(to_bytes(parent, errors="surrogate_or_strict")) and not module.check_mode:
         module.fail_json(msg=f"{path}: its directory {parent} does not exist; list it before as a "
                              "state=directory entry", path=path)
 
@@ -242,9 +246,7 @@ def handle(module: AnsibleModule, entry: dict, planned_dirs: set) -> tuple[dict,
         result["changed"] = result["created"] = True
         diffs.append({"before_header": path, "after_header": path,
                       "before": {"path": path, "state": "absent"}, "after": {"path": path, "state": "directory"}})
-        if module.check_mode:
-            planned_dirs.add(path)
-        else:
+        if not module.check_mode:
             try:
                 os.mkdir(b_path, 0o700)
             except OSError as exc:
@@ -307,9 +309,9 @@ def main() -> None:
             module.fail_json(msg=f"files: {entry['path']} is listed twice")
         seen.add(entry["path"])
 
-    results, diffs, planned_dirs = [], [], set()
+    results, diffs = [], []
     for entry in module.params["files"]:
-        result, entry_diffs = handle(module, entry, planned_dirs)
+        result, entry_diffs = handle(module, entry)
         results.append(result)
         diffs.extend(entry_diffs)
     changed_paths = [r["path"] for r in results if r["changed"]]

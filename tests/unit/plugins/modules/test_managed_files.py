@@ -117,3 +117,11 @@ def test_inputs_are_checked(module_io, tmp_path):
     assert failed and res["msg"] == f"files: {path} is listed twice"
     failed, res = run([{"path": path, "content": "x"}])
     assert failed and "mode" in res["msg"]
+
+
+def test_check_mode_takes_a_missing_directory_as_one_still_to_come(module_io, tmp_path):
+    """An earlier task (a package that ships the directory) did not run for real: a change, not an error."""
+    path = tmp_path / "modprobe.d" / "blacklist.conf"
+    failed, res = run([{"path": str(path), "content": "x\n", "mode": "0644"}], check_mode=True)
+    assert not failed and res["changed_paths"] == [str(path)] and res["files"][0]["created"], res
+    assert not path.parent.exists()
