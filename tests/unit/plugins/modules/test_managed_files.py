@@ -85,6 +85,7 @@ def test_mode_alone_is_a_change(module_io, tmp_path):
     assert not failed and res["changed_paths"] == [str(tmp_path / "keyrings")], res
     assert mode_of(tmp_path / "keyrings") == 0o700  # check mode
     failed, res = run(entries(tmp_path))
+    assert not failed and res["changed_paths"] == [str(tmp_path / "keyrings")], res
     assert mode_of(tmp_path / "keyrings") == 0o755
 
 
