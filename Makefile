@@ -100,15 +100,7 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # an interrupt stops both (the side steps run in a process group of their own).
 # INTEGRATION_BESIDE= runs every step one after the other (lint, sanity, cloud,
 # molecule, compat, lab, integration).
-# The side steps run at nice BESIDE_NICE: the lab tests are the longest path,
-# and a cold run measured them at 2-10x their own time while the side steps and
-# the Go builds shared the 2 cores at equal priority (2026-11-26: a device
-# plugin test of 8 role runs, 2.6 s a run alone, took 203 s). Niced, the side
-# steps take what the lab tests leave, most of it during the late tests, which
-# use about one core. What molecule runs in its containers (the DKMS builds)
-# keeps Docker's priority: nice does not cross `docker exec`.
 INTEGRATION_BESIDE ?= lint sanity cloud molecule compat
-BESIDE_NICE ?= 15
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
 test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molecule, compat (ansible-core 2.17), lab integration
 	$(STAMP)
@@ -116,7 +108,7 @@ test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molec
 	$(MAKE) --no-print-directory lab-images; \
 	rc=0; lab=0; $(MAKE) --no-print-directory lab || lab=1; \
 	echo "[make $(strip $(INTEGRATION_BESIDE)) started $$(date +%H:%M:%S) beside make integration; log: $(BESIDE_LOG)]"; \
-	setsid nice -n $(BESIDE_NICE) $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) MOLECULE_NEEDS=venv >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
+	setsid $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) MOLECULE_NEEDS=venv >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
 	trap 'kill -- -$$beside 2>/dev/null' INT TERM; \
 	if [ $$lab -eq 0 ]; then $(MAKE) --no-print-directory integration || rc=1; else rc=1; fi; \
 	r=0; wait $$beside || r=$$?; \
