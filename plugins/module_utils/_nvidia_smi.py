@@ -206,6 +206,43 @@ def _first_line(out: str, err: str) -> str:
     return text.splitlines()[0] if text else "no output"
 
 
+# --- one read per run ------------------------------------------------------------------------------------------
+
+# The fact that says which read the other facts come from (set by the action plugin, plugins/action/gpu_facts.py).
+READ_FACT = "nvidia_facts_read"
+# The options that change what is read; facts are reused only for the same values.
+READ_OPTIONS = ("nvidia_smi", "sysfs_root", "proc_root")
+
+
+def read_marker(run: str, params: dict) -> dict:
+    """The READ_FACT value for a read made in the controller run ``run`` with these module options."""
+    marker = {"run": run}
+    marker.update({name: params.get(name) for name in READ_OPTIONS})
+    return marker
+
+
+def reusable(facts: Any, run: str, params: dict) -> str | None:
+    """Why the host's facts cannot stand for a new read (None: they can).
+
+    They can when this controller run read them with the same options, and a new read could not fail on them:
+    a version mismatch or a missing GPU is read again, so that the failure (or warning) is the module's own.
+    """
+    facts = facts if isinstance(facts, dict) else {}
+    marker = facts.get(READ_FACT)
+    if not isinstance(marker, dict):
+        return "no earlier read"
+    if marker.get("run") != run:
+        return "read by another run"
+    if marker != read_marker(run, params):
+        return "read with other options"
+    if facts.get("nvidia_driver_version_mismatch"):
+        return "a driver/library version mismatch"
+    if params.get("fail_on_missing") and not facts.get("nvidia_gpus") and not any(
+            d.get("gpu") for d in facts.get("nvidia_pci_devices") or [] if isinstance(d, dict)):
+        return "no GPU, and fail_on_missing"
+    return None
+
+
 # --- the whole ------------------------------------------------------------------------------------------------
 
 def gather(

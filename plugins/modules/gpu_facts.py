@@ -26,10 +26,18 @@ author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
   - k8sgpu.nvidia.attributes
   - k8sgpu.nvidia.attributes.read_only
   - ansible.builtin.action_common_attributes.facts
 attributes:
+  action:
+    support: full
+    details: An action plugin runs the module, or with O(reuse=true) may hand back the facts of an earlier read.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   facts:
     support: full
     details: Sets the C(nvidia_*) facts listed under RV(ansible_facts).
@@ -69,6 +77,19 @@ options:
         C(timeout), when the host has it). V(0) waits without a limit.
     type: int
     default: 30
+  reuse:
+    description:
+      - With V(true), the facts that an earlier read in the same C(ansible-playbook) run left on this host stand for
+        this read, without running anything on the host, when that read had the same O(nvidia_smi), O(sysfs_root)
+        and O(proc_root), and found no driver/library version mismatch (nor, with O(fail_on_missing=true), a host
+        without a GPU). Otherwise the host is read as with V(false). RV(reused) says which.
+      - The action plugin decides, on the controller, from RV(ansible_facts.nvidia_facts_read). Facts of another run
+        (a fact cache) are never reused.
+      - Whatever changes the driver between the two reads must read the facts again (without O(reuse)); the driver
+        role does so after it installs packages, loads the kernel module or reboots.
+    type: bool
+    default: false
+    version_added: 1.1.0
 notes:
   - Reads only; C(nvidia-smi) is run without a shell, in the C locale, and never when the kernel module is not
     loaded (where it could load it through C(nvidia-modprobe)).
@@ -97,6 +118,10 @@ EXAMPLES = r"""
     - name: Reboot to load the new kernel module
       ansible.builtin.reboot:
       when: ansible_facts.nvidia_driver_version_mismatch
+
+- name: Read the GPUs again only where an earlier task of this run has not
+  k8sgpu.nvidia.gpu_facts:
+    reuse: true
 
 - name: Show the GPU models and compute capabilities
   ansible.builtin.debug:
@@ -224,6 +249,23 @@ ansible_facts:
           driver, no C(nvidia-smi), or a version mismatch, and only RV(ansible_facts.nvidia_pci_devices) is known.
       type: str
       sample: nvidia-smi
+    nvidia_facts_read:
+      description:
+        - Which read the other facts come from, set by the action plugin on the controller after the module ran
+          successfully; O(reuse=true) compares it.
+        - C(run) is a token of the C(ansible-playbook) run (a hash of the random multiprocessing authentication key
+          its processes share, not the key); the others are the options of that read, as given.
+      type: dict
+      version_added: 1.1.0
+      sample: {run: 3f9c2b7d01a4e6c8, nvidia_smi: null, sysfs_root: /sys, proc_root: /proc}
+reused:
+  description:
+    - Whether the facts are those of an earlier read in the same run (O(reuse=true)); V(false) when the module read
+      the host.
+  returned: always
+  type: bool
+  sample: true
+  version_added: 1.1.0
 """
 
 import os
@@ -259,6 +301,8 @@ def main() -> None:
             fail_on_missing=dict(type="bool", default=False),
             fail_on_mismatch=dict(type="bool", default=True),
             timeout=dict(type="int", default=30),
+            # Decided by the action plugin (plugins/action/gpu_facts.py), which has the controller's view of the run.
+            reuse=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -8,12 +8,15 @@ import pytest
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_smi import (
     COMPUTE_CAP_ARGS,
     XML_ARGS,
+    READ_FACT,
     GpuFactsError,
     command_runner,
     gather,
     parse_compute_caps,
     parse_proc_version,
     parse_smi_xml,
+    read_marker,
+    reusable,
     scan_pci_devices,
 )
 
@@ -347,3 +350,52 @@ class TestCommandRunner:
         module = FakeModule(rc=124, timeout_bin=timeout_bin)
         assert command_runner(module, timeout)([SMI, "-q", "-x"])[0] == 124
         assert module.calls[0][0] == [SMI, "-q", "-x"]
+
+
+class TestReuse:
+    """The action plugin's decision (plugins/action/gpu_facts.py): facts of an earlier read of the same run, with the
+    same options, stand for a new read unless a new read could fail or warn on them."""
+
+    PARAMS = {"nvidia_smi": None, "sysfs_root": "/sys", "proc_root": "/proc"}
+
+    def read(self, tmp_path, devices=None, smi=None, **params):
+        sysfs = make_sysfs(tmp_path, devices if devices is not None else
+                           {"0000:00:06.0": {"vendor": "0x10de", "device": "0x2330", "class": "0x030200"}})
+        proc = make_proc(tmp_path, PROPRIETARY if smi else None)
+        facts = gather(smi or FakeSmi(), SMI, sysfs_root=str(sysfs), proc_root=str(proc), fail_on_mismatch=False)[0]
+        facts[READ_FACT] = read_marker("run-1", {**self.PARAMS, **params})
+        return facts
+
+    def test_same_run_and_options_is_reused(self, tmp_path):
+        facts = self.read(tmp_path)
+        assert facts[READ_FACT] == {"run": "run-1", "nvidia_smi": None, "sysfs_root": "/sys", "proc_root": "/proc"}
+        assert reusable(facts, "run-1", dict(self.PARAMS)) is None
+        # fail_on_mismatch and timeout do not change what is read.
+        assert reusable(facts, "run-1", {**self.PARAMS, "fail_on_mismatch": True, "timeout": 5}) is None
+
+    @pytest.mark.parametrize("run,params,why", [
+        ("run-2", {}, "read by another run"),
+        ("run-1", {"sysfs_root": "/host/sys"}, "read with other options"),
+        ("run-1", {"proc_root": "/host/proc"}, "read with other options"),
+        ("run-1", {"nvidia_smi": "/opt/bin/nvidia-smi"}, "read with other options"),
+    ])
+    def test_another_run_or_other_options_read_again(self, tmp_path, run, params, why):
+        assert reusable(self.read(tmp_path), run, {**self.PARAMS, **params}) == why
+
+    def test_facts_without_a_marker_read_again(self, tmp_path):
+        facts = self.read(tmp_path)
+        del facts[READ_FACT]
+        assert reusable(facts, "run-1", dict(self.PARAMS)) == "no earlier read"
+        assert reusable({}, "run-1", dict(self.PARAMS)) == "no earlier read"
+        assert reusable(None, "run-1", dict(self.PARAMS)) == "no earlier read"
+
+    def test_a_mismatch_is_read_again(self, tmp_path):
+        facts = self.read(tmp_path, smi=FakeSmi(xml=(18, MISMATCH_OUT, "")))
+        assert facts["nvidia_driver_version_mismatch"] is True
+        assert reusable(facts, "run-1", dict(self.PARAMS)) == "a driver/library version mismatch"
+
+    def test_no_gpu_is_read_again_only_with_fail_on_missing(self, tmp_path):
+        facts = self.read(tmp_path, devices={"0000:05:00.0": {"vendor": "0x10de", "device": "0x22a3", "class": "0x068000"}})
+        assert reusable(facts, "run-1", dict(self.PARAMS)) is None
+        assert reusable(facts, "run-1", {**self.PARAMS, "fail_on_missing": True}) == "no GPU, and fail_on_missing"
+        assert reusable(self.read(tmp_path / "gpu"), "run-1", {**self.PARAMS, "fail_on_missing": True}) is None
