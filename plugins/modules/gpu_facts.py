@@ -86,7 +86,7 @@ options:
       - The action plugin decides, on the controller, from RV(ansible_facts.nvidia_facts_read). Facts of another run
         (a fact cache) are never reused.
       - Whatever changes the driver between the two reads must read the facts again (without O(reuse)); the driver
-        role does so after it installs packages, loads the kernel module or reboots.
+        role does so after a reboot, and when new packages leave a loaded kernel module behind them.
     type: bool
     default: false
     version_added: 1.1.0
