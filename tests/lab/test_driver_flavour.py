@@ -81,13 +81,14 @@ def fake_host(node):
         sh("rm -rf " + " ".join(roots))
 
 
-def role(inventory: Path, tmp_path: Path, extra: dict) -> tuple[subprocess.CompletedProcess, dict | None]:
+def role(inventory: Path, tmp_path: Path, extra: dict,
+         env_extra: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
     play, out = tmp_path / "play.yml", tmp_path / "result.json"
     play.write_text(PLAY)
     extra_file = tmp_path / "vars.json"
     extra_file.write_text(json.dumps({"node": NODE, "out": str(out), **extra}))
     cp = run(["ansible-playbook", "-i", "inventories/lab", "-i", str(inventory), "--check", "-l", NODE, str(play),
-              "-e", f"@{extra_file}"])
+              "-e", f"@{extra_file}"], env_extra=env_extra)
     return cp, (json.loads(out.read_text()) if out.exists() else None)
 
 
@@ -131,3 +132,42 @@ def test_explicit_open_on_v100_fails_clearly(node, fake_host, tmp_path):
     assert (f"{NODE}: driver_kernel_modules=open, but GPU 0000:3b:00.0 (PCI device id 0x1db4) is older than Turing"
             in cp.stdout), cp.stdout[-3000:]
     assert "Set driver_kernel_modules to auto" in cp.stdout
+
+
+REREAD = "Read the GPUs again when the loaded module is no longer the installed driver"
+
+
+def _reread(stdout: str) -> dict | None:
+    """The driver role's task that reads the GPUs again for the roles after it (json callback); None when the role
+    did not reach it (a loaded driver it keeps: its steps are not included)."""
+    tasks = [t for play in json.loads(stdout)["plays"] for t in play["tasks"]]
+    found = [t["hosts"][NODE] for t in tasks if t["task"]["name"].endswith(REREAD)]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("loaded,extra,reread", [
+    (PROPRIETARY_535, {}, None),
+    (None, {}, False),
+    (PROPRIETARY_535, {"driver_kernel_modules": "open"}, True),
+], ids=["kept", "not-loaded", "switching"])
+def test_gpus_read_again_only_when_the_loaded_module_is_not_the_installed_driver(
+        node, fake_host, tmp_path, loaded, extra, reread):
+    """Later roles reuse the GPU facts (gpu_facts reuse=true): where the role leaves a loaded module that is not the
+    driver it installs (here the loaded proprietary 535 to be switched to open), it reads them again first; a loaded
+    driver it keeps (its steps are not included) or no loaded module (nothing a new read would see differently) is not
+    read again."""
+    cp = role(node, tmp_path, {**fake_host(H100, loaded), **extra},
+              env_extra={"ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"})[0]
+    assert cp.returncode == 0, cp.stdout[-3000:]
+    result = _reread(cp.stdout)
+    if reread is None:
+        assert result is None, result
+        return
+    if not reread:
+        assert result is not None and result.get("skipped") is True, result
+        return
+    assert result is not None and result.get("skipped") is not True and result["reused"] is False, result
+    facts = result["ansible_facts"]
+    assert facts["nvidia_driver_loaded"] is True and facts["nvidia_driver_version"] == "535.261.03"
+    assert facts["nvidia_facts_read"]["proc_root"].endswith("/proc")
