@@ -17,8 +17,6 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_smi import READ_FACT, read_marker, reusable
 
-_DEFAULTS = {"nvidia_smi": None, "sysfs_root": "/sys", "proc_root": "/proc"}
-
 
 def run_token() -> str:
     """A token of this controller run (see the module docstring); never the key itself."""
@@ -33,12 +31,10 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         reuse = boolean(args.pop("reuse", False), strict=False)
-        params = dict(_DEFAULTS)
-        params.update({k: v for k, v in args.items() if v is not None})
         token = run_token()
         if reuse:
             facts = task_vars.get("ansible_facts") or {}
-            why = reusable(facts, token, params)
+            why = reusable(facts, token, args)
             if why is None:
                 result.update(changed=False, reused=True,
                               ansible_facts={k: v for k, v in facts.items() if k.startswith("nvidia_")})
@@ -46,6 +42,6 @@ class ActionModule(ActionBase):
         result.update(self._execute_module(module_name="k8sgpu.nvidia.gpu_facts", module_args=args,
                                            task_vars=task_vars))
         if "ansible_facts" in result and not result.get("failed"):
-            result["ansible_facts"][READ_FACT] = read_marker(token, params)
+            result["ansible_facts"][READ_FACT] = read_marker(token, args)
         result["reused"] = False
         return result

@@ -210,15 +210,23 @@ def _first_line(out: str, err: str) -> str:
 
 # The fact that says which read the other facts come from (set by the action plugin, plugins/action/gpu_facts.py).
 READ_FACT = "nvidia_facts_read"
-# The options that change what is read; facts are reused only for the same values.
-READ_OPTIONS = ("nvidia_smi", "sysfs_root", "proc_root")
+# The options that change what is read, with the module's defaults; facts are reused only for the same values.
+READ_OPTIONS = {"nvidia_smi": None, "sysfs_root": "/sys", "proc_root": "/proc"}
 
 
 def read_marker(run: str, params: dict) -> dict:
-    """The READ_FACT value for a read made in the controller run ``run`` with these module options."""
+    """The READ_FACT value for a read made in the controller run ``run`` with these module options (unset or None:
+    the module's default)."""
     marker = {"run": run}
-    marker.update({name: params.get(name) for name in READ_OPTIONS})
+    marker.update({name: default if params.get(name) is None else params[name]
+                   for name, default in READ_OPTIONS.items()})
     return marker
+
+
+def has_gpu(facts: dict) -> bool:
+    """Whether the facts name an NVIDIA GPU: in sysfs, or according to nvidia-smi."""
+    return bool(facts.get("nvidia_gpus")) or any(
+        isinstance(d, dict) and d.get("gpu") for d in facts.get("nvidia_pci_devices") or [])
 
 
 def reusable(facts: Any, run: str, params: dict) -> str | None:
@@ -237,8 +245,7 @@ def reusable(facts: Any, run: str, params: dict) -> str | None:
         return "read with other options"
     if facts.get("nvidia_driver_version_mismatch"):
         return "a driver/library version mismatch"
-    if params.get("fail_on_missing") and not facts.get("nvidia_gpus") and not any(
-            d.get("gpu") for d in facts.get("nvidia_pci_devices") or [] if isinstance(d, dict)):
+    if params.get("fail_on_missing") and not has_gpu(facts):
         return "no GPU, and fail_on_missing"
     return None
 
@@ -286,10 +293,9 @@ def gather(
         _from_nvidia_smi(run, nvidia_smi, facts, warnings, proc_root=proc_root, kernel_version=kernel_version,
                          fail_on_mismatch=fail_on_mismatch)
 
-    sysfs_gpus = [d for d in pci_devices if d["gpu"]]
-    if fail_on_missing and not sysfs_gpus and not facts["nvidia_gpus"]:
+    if fail_on_missing and not has_gpu(facts):
         raise GpuFactsError(f"{hostname}: no NVIDIA GPU found in {pci_devices_path(sysfs_root)}", facts)
-    bound = [d for d in sysfs_gpus if d["driver"] == "nvidia"]
+    bound = [d for d in pci_devices if d["gpu"] and d["driver"] == "nvidia"]
     if facts["nvidia_gpu_source"] == "nvidia-smi" and len(bound) > len(facts["nvidia_gpus"]):
         warnings.append(
             f"{len(bound)} GPU(s) in {pci_devices_path(sysfs_root)} are bound to the nvidia driver but nvidia-smi "

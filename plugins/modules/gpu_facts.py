@@ -274,6 +274,7 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_smi import (
+    READ_OPTIONS,
     GpuFactsError,
     command_runner,
     gather,
@@ -296,8 +297,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             nvidia_smi=dict(type="path"),
-            sysfs_root=dict(type="path", default="/sys"),
-            proc_root=dict(type="path", default="/proc"),
+            sysfs_root=dict(type="path", default=READ_OPTIONS["sysfs_root"]),
+            proc_root=dict(type="path", default=READ_OPTIONS["proc_root"]),
             fail_on_missing=dict(type="bool", default=False),
             fail_on_mismatch=dict(type="bool", default=True),
             timeout=dict(type="int", default=30),
