@@ -9,7 +9,7 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._role_inputs import check, role_prefix
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._role_inputs import SHARED_PREFIX, check, role_prefix
 
 
 class ActionModule(ActionBase):
@@ -48,7 +48,7 @@ class ActionModule(ActionBase):
         values = self._templar.template(values)
 
         prefix = role_prefix(short)
-        names = [k for k in task_vars if k.startswith(prefix)]
+        names = [k for k in task_vars if k.startswith((prefix, SHARED_PREFIX))]
         ignore = set(getattr(role, "_role_vars", None) or {})
         ignore.update(task_vars.get("ansible_facts", {}) or {})
         try:

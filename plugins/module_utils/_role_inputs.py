@@ -13,7 +13,10 @@ and what is accepted:
   variable as given, not as converted, so it is refused with the form to give (see _refused());
 * RULES: what an argument spec cannot say (ranges, percentages, Kubernetes quantities and durations, a driver
   version of the branch asked for);
-* variables with the role's prefix that no entry point of the role knows: a warning naming the closest known one.
+* the syntax of what inputs become (syntax_kind(), SYNTAX): Kubernetes names, namespaces, label and annotation keys,
+  label and taint values, host paths, proxy URLs, in Kubernetes' own words, so no value can add YAML structure;
+* variables with the role's prefix that no entry point of the role knows, and k8sgpu_* variables that are not shared
+  variables of the collection (SHARED_VARIABLES): a warning naming the closest known one.
 """
 from __future__ import annotations
 
@@ -130,6 +133,44 @@ def unknown_variables(role, names, known, sibling_roles=(), ignore=()):
     return warnings
 
 
+# The collection's shared variables (set in inventories, read by its playbooks and by several roles' defaults), the one
+# list of them: tests/unit/test_role_inputs_shared.py greps the repository for k8sgpu_* names and asserts each is
+# here. The playbooks' scale check reads k8sgpu_eks_* and k8sgpu_gke_* settings by a computed name.
+SHARED_PREFIX = "k8sgpu_"
+_SCALE_CHECK = ("_scale_down_check", "_scale_down_poll", "_scale_down_timeout", "_verify_gpus", "_verify_image",
+                "_verify_namespace", "_verify_require_logs", "_verify_timeout")
+SHARED_VARIABLES = frozenset((
+    "k8sgpu_apt_proxy", "k8sgpu_aws_endpoint_url", "k8sgpu_aws_partition", "k8sgpu_aws_profile", "k8sgpu_aws_region",
+    "k8sgpu_deploy_device_plugin", "k8sgpu_drain_before_restart",
+    "k8sgpu_eks_cluster", "k8sgpu_eks_cluster_autoscaler", "k8sgpu_eks_cluster_name", "k8sgpu_eks_cluster_state",
+    "k8sgpu_eks_device_plugin", "k8sgpu_eks_gpu_labels", "k8sgpu_eks_gpu_taints", "k8sgpu_eks_karpenter_install",
+    "k8sgpu_eks_nodegroup", "k8sgpu_eks_pod_identity", "k8sgpu_eks_pod_identity_role", "k8sgpu_eks_provisioner",
+    "k8sgpu_eks_state", "k8sgpu_eks_verify",
+    "k8sgpu_gke_cluster", "k8sgpu_gke_cluster_state", "k8sgpu_gke_node_pool", "k8sgpu_gke_state", "k8sgpu_gke_verify",
+    "k8sgpu_install_container_toolkit", "k8sgpu_install_driver", "k8sgpu_kube_context", "k8sgpu_kubeconfig",
+    "k8sgpu_label_nodes", "k8sgpu_max_fail_percentage", "k8sgpu_max_unavailable", "k8sgpu_monitoring",
+    "k8sgpu_monitoring_alerts", "k8sgpu_monitoring_dashboard", "k8sgpu_monitoring_exporter",
+    "k8sgpu_monitoring_metrics_adapter", "k8sgpu_node_labels", "k8sgpu_node_name", "k8sgpu_reboot", "k8sgpu_serial",
+    "k8sgpu_untaint_control_plane",
+) + tuple("k8sgpu_%s%s" % (cloud, end) for cloud in ("eks", "gke") for end in _SCALE_CHECK))
+
+
+def unknown_shared(names, known=SHARED_VARIABLES):
+    """Warnings for k8sgpu_* names that are not shared variables of the collection (not the internal _k8sgpu_*).
+
+    The message names no role or host, so Ansible shows it once however many roles and hosts see it."""
+    known = sorted(known)
+    warnings = []
+    for name in sorted(set(names)):
+        if not name.startswith(SHARED_PREFIX) or name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = ("did you mean %s?" % close[0]) if close else "the shared variables are listed in the README"
+        warnings.append("variable %s is not a variable of the k8sgpu.nvidia collection, so it has no effect; %s"
+                        % (name, hint))
+    return warnings
+
+
 def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=(), rules=None):
     """Check one role's inputs. Returns (errors, warnings).
 
@@ -145,9 +186,11 @@ def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=
     result = validator.validate(values, validate_role_argument_spec=True)
     for message in result.error_messages:
         errors.append("%s: %s" % (role, message))
+    refused = {n for n in values if any(n in m for m in result.error_messages)}
     if not result.error_messages:
         for name, given in values.items():
             for path, value, want in conversions(name, given, result.validated_parameters.get(name)):
+                refused.add(name)
                 errors.append("%s: %s is %s (%s); the role reads it as given, so give %s"
                               % (role, path, _short(value, name=name), kind(value), _HOW[want].replace("NAME", name)
                                  if want in _HOW else want))
@@ -160,7 +203,10 @@ def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=
             continue  # the argument spec refused it already
         for rule in checks:
             errors += ["%s: %s" % (role, m) for m in rule(name, values[name], values)]
+    errors += ["%s: %s" % (role, m) for m in syntax_errors(
+        role.rsplit(".", 1)[-1], options, values, skip=refused)]
     warnings = unknown_variables(role, names, options.keys() if known is None else known, sibling_roles, ignore)
+    warnings += unknown_shared(n for n in names if n not in ignore)
     return errors, warnings
 
 
@@ -490,3 +536,422 @@ RULES = {
         "verify_timeout": [_SECONDS],
     },
 }
+
+
+# Syntax of what a role's inputs become: Kubernetes names, namespaces, labels, annotations and taints (the rules and
+# wording of k8s.io/apimachinery/pkg/util/validation), host paths and proxy URLs. A value that passes cannot add
+# structure to the YAML the roles render (no newline, no ": ", no "{", no quote), and the templates render each value
+# with to_json besides. Which rule an option gets is decided by syntax_kind(): by its full name (SYNTAX_BY_NAME), else
+# by the end of its name (SYNTAX_BY_SUFFIX, the longest end first), else by its type (path); tests/unit/
+# test_role_inputs_syntax.py asserts that every option whose name or type looks like one of these has a rule or is in
+# FREE_TEXT with the reason, so a new option cannot be left out.
+
+_DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = _DNS1123_LABEL + r"(\." + _DNS1123_LABEL + ")*"
+_DNS1035_LABEL = "[a-z]([-a-z0-9]*[a-z0-9])?"
+_QUALIFIED_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_LABEL_VALUE = "(" + _QUALIFIED_NAME + ")?"
+_PROMETHEUS_LABEL = "[a-zA-Z_][a-zA-Z0-9_]*"
+
+_WHAT = {
+    "label": ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+              "and end with an alphanumeric character (e.g. 'my-name', or '123-abc', regex used for validation is '%s')"
+              % _DNS1123_LABEL, _DNS1123_LABEL, 63),
+    "subdomain": ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+                  "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation "
+                  "is '%s')" % _DNS1123_SUBDOMAIN, _DNS1123_SUBDOMAIN, 253),
+    "dns1035": ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+                "character, and end with an alphanumeric character (e.g. 'my-name', or 'abc-123', regex used for "
+                "validation is '%s')" % _DNS1035_LABEL, _DNS1035_LABEL, 63),
+    "name_part": ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                  "alphanumeric character (e.g. 'MyName', or 'my.name', or '123-abc', regex used for validation is "
+                  "'%s')" % _QUALIFIED_NAME, _QUALIFIED_NAME, 63),
+    "label_value": ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
+                    "must start and end with an alphanumeric character (e.g. 'MyValue', or 'my_value', or '12345', "
+                    "regex used for validation is '%s')" % _LABEL_VALUE, _LABEL_VALUE, 63),
+    "prometheus_label": ("a Prometheus label name must match the regex '%s'" % _PROMETHEUS_LABEL, _PROMETHEUS_LABEL,
+                         None),
+}
+
+
+def _form(form, text):
+    """The Kubernetes message for text not of the form, or None when it is."""
+    message, regex, limit = _WHAT[form]
+    if not isinstance(text, str) or not re.fullmatch(regex, text):
+        return message
+    if limit is not None and len(text) > limit:
+        return "must be no more than %d characters" % limit
+    return None
+
+
+def _qualified_name(text):
+    """k8s IsQualifiedName: [prefix/]name, the prefix a DNS-1123 subdomain, the name 63 characters at most."""
+    if not isinstance(text, str) or text == "":
+        return "name part must be non-empty; " + _WHAT["name_part"][0]
+    prefix, slash, name = text.rpartition("/")
+    if slash and text.count("/") > 1:
+        return ("a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                "with an alphanumeric character, with an optional DNS subdomain prefix and '/' (e.g. "
+                "'example.com/MyName')")
+    if slash:
+        if prefix == "":
+            return "prefix part must be non-empty"
+        problem = _form("subdomain", prefix)
+        if problem:
+            return "prefix part " + problem
+    problem = _form("name_part", name)
+    return ("name part " + problem if problem and not problem.startswith("name part") else problem)
+
+
+def _message(name, value, kind_text, problem):
+    return "%s is %s; %s: %s" % (name, _short(value, name=name), kind_text, problem)
+
+
+def _single(form, kind_text):
+    def rule(name, value, values):
+        problem = _form(form, value) if isinstance(value, str) else "give a string"
+        return [_message(name, value, kind_text, problem)] if problem else []
+    return rule
+
+
+def _each(item_rule):
+    """A rule for a list whose items each follow item_rule, named by index."""
+    def rule(name, value, values):
+        out = []
+        for index, item in enumerate(value or []):
+            out += item_rule("%s[%d]" % (name, index), item, values)
+        return out
+    return rule
+
+
+namespace_name = _single("label", "a namespace name")
+object_name = _single("label", "a name the role gives its objects (also a label value and a container or "
+                               "object name prefix)")
+service_name = _single("dns1035", "a Service name")
+subdomain_name = _single("subdomain", "a Kubernetes object name")
+label_value = _single("label_value", "a label value")
+subdomain_names = _each(subdomain_name)
+label_values = _each(label_value)
+
+
+def label_key(name, value, values, what="a label key"):
+    problem = _qualified_name(value)
+    return [_message(name, value, what + " ([prefix/]name)", problem)] if problem else []
+
+
+label_keys = _each(label_key)
+
+
+def taint_key(name, value, values):
+    return label_key(name, value, values, "a taint key")
+
+
+def labels(name, value, values):
+    """A mapping of label key to label value."""
+    out = []
+    for key, item in (value or {}).items():
+        out += label_key("%s key %s" % (name, _short(key)), key, values)
+        out += label_value("%s.%s" % (name, key), "" if item is None else item if isinstance(item, str) else str(item),
+                           values) if not isinstance(item, (dict, list)) else [
+            "%s.%s is %s; a label value is a string" % (name, key, _short(item))]
+    return out
+
+
+def annotations(name, value, values):
+    """A mapping of annotation key (a qualified name, compared in lower case) to any string."""
+    out = []
+    for key, item in (value or {}).items():
+        problem = _qualified_name(key.lower() if isinstance(key, str) else key)
+        if problem:
+            out.append(_message("%s key" % name, key, "an annotation key ([prefix/]name)", problem))
+        if isinstance(item, (dict, list)):
+            out.append("%s.%s is %s; an annotation value is a string" % (name, key, _short(item)))
+    return out
+
+
+def prometheus_labels(name, value, values):
+    """Labels of Prometheus alerts: label names of Prometheus' form, values any string."""
+    out = []
+    for key in value or {}:
+        problem = _form("prometheus_label", key)
+        if problem:
+            out.append(_message("%s key" % name, key, "a Prometheus label name", problem))
+    return out
+
+
+def label_selector(name, value, values):
+    """A Kubernetes equality- or set-based label selector, comma-separated: key, !key, key=value, key!=value."""
+    out = []
+    for term in str(value).split(","):
+        m = re.fullmatch(r"\s*(!?)([^=!\s]+)\s*(?:(==|=|!=)\s*([^=!,\s]*))?\s*", term)
+        if not m or (m.group(1) and m.group(3)):
+            out.append(_message(name, value, "a label selector (key, !key, key=value or key!=value, comma-separated)",
+                                "the term %r is none of these" % term))
+            continue
+        problem = _qualified_name(m.group(2))
+        if not problem and m.group(3):
+            problem = _form("label_value", m.group(4))
+        if problem:
+            out.append(_message(name, value, "a label selector (key, !key, key=value or key!=value, comma-separated)",
+                                problem))
+    return out
+
+
+def namespaced_name(name, value, values):
+    """namespace/name: a namespace (DNS-1123 label) and an object name (DNS-1123 subdomain)."""
+    text = value if isinstance(value, str) else ""
+    ns, slash, obj = text.partition("/")
+    problem = ("give namespace/name" if not slash else
+               _form("label", ns) and "namespace: " + _form("label", ns) or
+               _form("subdomain", obj) and "name: " + _form("subdomain", obj))
+    return [_message(name, value, "a namespace/name", problem)] if problem else []
+
+
+def helm_release(name, value, values):
+    """Helm's release name: a DNS-1123 subdomain of 53 characters at most."""
+    problem = _form("subdomain", value) if isinstance(value, str) else "give a string"
+    if not problem and len(value) > 53:
+        problem = "must be no more than 53 characters"
+    return [_message(name, value, "a Helm release name", problem)] if problem else []
+
+
+def eks_cluster_name(name, value, values):
+    """An EKS cluster name (1 to 100 characters, a letter or digit first, then letters, digits, - and _)."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9A-Za-z][A-Za-z0-9_-]{0,99}", value):
+        return []
+    return [_message(name, value, "an EKS cluster name", "1 to 100 letters, digits, '-' and '_', starting with a "
+                                                          "letter or digit (regex '[0-9A-Za-z][A-Za-z0-9_-]*')")]
+
+
+def _path_problem(value, absolute):
+    if not isinstance(value, str):
+        return "give a string"
+    if re.search(r"[\x00-\x1f\x7f]", value):
+        return "a path cannot hold a newline or another control character"
+    if absolute and not value.startswith("/"):
+        return "give an absolute path (starting with /)"
+    if ".." in value.split("/"):
+        return "a path cannot hold a '..' component"
+    if re.search(r"//|/\./|/\.$|^\./", value) or (len(value) > 1 and value.endswith("/")):
+        return "give the path normalised (no '//', '/./' or trailing '/')"
+    return None
+
+
+def host_path(name, value, values):
+    """A path on a host: absolute, normalised, no '..', no newline."""
+    problem = _path_problem(value, True)
+    return [_message(name, value, "a host path", problem)] if problem else []
+
+
+def local_path(name, value, values):
+    """A path on the controller (a file the role writes or reads): relative or absolute, no '..', no newline."""
+    problem = _path_problem(value, False)
+    return [_message(name, value, "a path on the controller", problem)] if problem else []
+
+
+# apt's schemes for a proxy (as the filter apt_proxy_lines takes them), and a host name as apt.conf takes it.
+PROXY_SCHEMES = ("http", "https", "socks5h")
+_HOSTNAME = r"[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?)*\.?"
+_USERINFO = r"[A-Za-z0-9._~!$&()*+,=%-]+(:[A-Za-z0-9._~!$&()*+,=%-]*)?"
+PROXY_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?:(?P<userinfo>[^@/]*)@)?(?P<host>\[[^\]/]*\]|[^:/]*)"
+                      r"(?::(?P<port>[^/]*))?(?P<rest>.*)", re.S)
+
+
+def proxy_problem(value):
+    """Why a proxy URL is refused (None when it is accepted): http(s)://[user[:password]@]host[:port][/] (or
+    socks5h://), nothing more, or DIRECT (no proxy). The reason never repeats the value (it may hold a password)."""
+    if not isinstance(value, str):
+        return "give a string"
+    if value in ("", "DIRECT"):
+        return None
+    if re.search(r"[\s\"';\\`<>{}|^]", value):
+        return "it holds whitespace, a newline, a quote, a semicolon or another character a URL cannot hold"
+    m = PROXY_RE.fullmatch(value)
+    if not m:
+        return "give scheme://host:port"
+    if m.group("scheme") not in PROXY_SCHEMES:
+        return "the scheme must be http, https or socks5h"
+    if m.group("userinfo") is not None and not re.fullmatch(_USERINFO, m.group("userinfo")):
+        return "the user:password part holds a character a URL needs percent-encoded"
+    host = m.group("host")
+    if host.startswith("["):
+        import ipaddress
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return "the host is not an IPv6 address in brackets"
+    elif not re.fullmatch(_HOSTNAME, host) or len(host) > 253:
+        return "the host is not a host name or an IPv4 address"
+    if m.group("port") is not None and not (m.group("port").isdigit() and 1 <= int(m.group("port")) <= 65535):
+        return "the port is not a number from 1 to 65535"
+    if m.group("rest") not in ("", "/"):
+        return "nothing may follow host:port (no path, query or fragment)"
+    return None
+
+
+def proxy_url(name, value, values):
+    """An apt proxy: http(s)://[user[:password]@]host[:port][/] and nothing else, DIRECT, or '' for apt's own."""
+    problem = proxy_problem(value)
+    if problem:
+        return ["%s is refused (value not shown): %s; give http://[user:password@]host:port (or https://, "
+                "socks5h://) with nothing after it, DIRECT for no proxy, or '' for apt's own settings"
+                % (name, problem)]
+    return []
+
+
+def tolerations_syntax(name, value, values):
+    """Tolerations' key (a qualified name, may be empty) and value (a label value)."""
+    out = []
+    for index, item in enumerate(value or []):
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("key") not in (None, ""):
+            out += taint_key("%s[%d].key" % (name, index), item["key"], values)
+        if isinstance(item.get("value"), str):
+            out += label_value("%s[%d].value" % (name, index), item["value"], values)
+    return out
+
+
+def taints_syntax(name, value, values):
+    """Taints' value (a label value); the key is checked by taints()."""
+    out = []
+    for index, item in enumerate(value or []):
+        if isinstance(item, Mapping) and isinstance(item.get("value"), str):
+            out += label_value("%s[%d].value" % (name, index), item["value"], values)
+    return out
+
+
+def requirements(name, value, values):
+    """Node selector requirements: key a label key, values label values."""
+    out = []
+    for index, item in enumerate(value or []):
+        if not isinstance(item, Mapping):
+            continue
+        out += label_key("%s[%d].key" % (name, index), item.get("key"), values)
+        for position, entry in enumerate(item.get("values") or []):
+            out += label_value("%s[%d].values[%d]" % (name, index, position), str(entry), values)
+    return out
+
+
+SYNTAX = {
+    "namespace": namespace_name,
+    "object_name": object_name,
+    "service_name": service_name,
+    "subdomain": subdomain_name,
+    "subdomains": subdomain_names,
+    "label_key": label_key,
+    "label_keys": label_keys,
+    "taint_key": taint_key,
+    "label_value": label_value,
+    "label_values": label_values,
+    "labels": labels,
+    "annotations": annotations,
+    "prometheus_labels": prometheus_labels,
+    "label_selector": label_selector,
+    "namespaced_name": namespaced_name,
+    "helm_release": helm_release,
+    "eks_cluster_name": eks_cluster_name,
+    "host_path": host_path,
+    "local_path": local_path,
+    "proxy_url": proxy_url,
+    "tolerations": tolerations_syntax,
+    "taints": taints_syntax,
+    "requirements": requirements,
+}
+
+# By the end of the option's name; the longest end that matches wins. "<role>_name", the name a role gives its
+# objects, is an object_name (see syntax_kind()).
+SYNTAX_BY_SUFFIX = {
+    "_namespace": "namespace",
+    "_name": "subdomain",
+    "_cluster_name": "eks_cluster_name",
+    "_priority_class": "subdomain",
+    "_runtime_class": "subdomain",
+    "_pull_secrets": "subdomains",
+    "_node_affinity_label": "label_key",
+    "_family_key": "label_key",
+    "_labels": "labels",
+    "_annotations": "annotations",
+    "_node_selector": "labels",
+    "_taint_key": "taint_key",
+    "_taint_value": "label_value",
+    "_untaint_keys": "label_keys",
+    "_untaint_nodes": "subdomains",
+    "_service": "service_name",
+    "_service_account": "namespaced_name",
+    "_helm_release": "helm_release",
+    "_node_pools": "label_values",
+    "_tolerations": "tolerations",
+    "_taints": "taints",
+    "_requirements": "requirements",
+    "_dir": "host_path",
+    "_root": "host_path",
+    "_proxy": "proxy_url",
+}
+
+# By the full name, over the end of the name: None marks a name that is free text, with the reason in FREE_TEXT.
+SYNTAX_BY_NAME = {
+    # Service names (DNS-1035): the Service each role creates, and the Services the HPA and the adapter point at.
+    "dcgm_exporter_name": "service_name",
+    "gpu_metrics_adapter_name": "service_name",
+    "karpenter_name": "service_name",
+    "node_labels_remove": "label_keys",
+    "node_maintenance_gpu_node_selector": "label_selector",
+    "node_maintenance_device_plugin_name": "object_name",
+    "gpu_metrics_adapter_external_name": "subdomain",
+    "gpu_alerts_extra_labels": "prometheus_labels",
+    # files on the controller (relative to the playbook's directory, or absolute)
+    "dcgm_exporter_scrape_config_path": "local_path",
+    "gpu_alerts_rules_file_path": "local_path",
+    "gpu_metrics_adapter_output_dir": "local_path",
+    "karpenter_crds_path": "local_path",
+    "_k8s_file_path": "local_path",
+    "_k8s_name": "subdomain",
+    "_k8s_crd": "subdomain",
+}
+
+FREE_TEXT = {
+    "gpu_alerts_group_name": "a Prometheus rule group's name, any text (rendered by to_nice_yaml)",
+    "gpu_alerts_selector": "a PromQL label matcher added to the rules' expressions (rendered by to_nice_yaml)",
+    "container_toolkit_repo_key": "the armoured key itself (checked by the role against its pin)",
+    "container_toolkit_runtime_name": "a runtime name in the container runtime's configuration (a choice list)",
+    "container_toolkit_cdi_spec": "auto, or what the toolkit's CDI generation takes",
+}
+# The kubeconfig file and context are read by the Kubernetes client on the controller, never rendered; inventory
+# group names are not Kubernetes names.
+FREE_SUFFIXES = ("_kubeconfig", "_kube_context", "_context", "_gpu_group", "_group")
+
+
+def syntax_kind(role, name, spec=None):
+    """The SYNTAX key of an option (None for none), by SYNTAX_BY_NAME, SYNTAX_BY_SUFFIX and its type."""
+    spec = spec or {}
+    if spec.get("type", "str") in ("bool", "int", "float"):
+        return None
+    if name in SYNTAX_BY_NAME:
+        return SYNTAX_BY_NAME[name]
+    if name in FREE_TEXT or name.endswith(FREE_SUFFIXES):
+        return None
+    if name == role_prefix(role) + "name":
+        return "object_name"
+    for suffix in sorted(SYNTAX_BY_SUFFIX, key=len, reverse=True):
+        if name.endswith(suffix):
+            return SYNTAX_BY_SUFFIX[suffix]
+    if spec.get("type") == "path":
+        return "host_path"
+    return None
+
+
+def syntax_errors(role, options, values, skip=()):
+    """The syntax rules' messages for the values set (an empty value passes where the option's default is empty)."""
+    out = []
+    for name, value in values.items():
+        if name in skip or name not in options:
+            continue
+        kind_ = syntax_kind(role, name, options[name])
+        if kind_ is None:
+            continue
+        # '' where the default is '' or none: the role derives the value or leaves the setting out
+        if value is None or (value == "" and (options[name] or {}).get("default") in ("", None)):
+            continue
+        out += SYNTAX[kind_](name, value, values)
+    return out
