@@ -81,24 +81,59 @@ def _plural(resource: str) -> str:
     return name + "s"
 
 
-def _rule_resources(rule: dict, where: str) -> list[tuple[str, str]] | None:
-    """(API group, plural) of every Kubernetes resource a rule maps series to; None when a template decides."""
+# What an adapter rule may never make its RBAC grant: the adapter reads, with get/list/watch, every object of the
+# resources its rules name, so a rule on Secrets (or a wildcard) would let it read every Secret of the cluster.
+_FORBIDDEN_RESOURCES = ("secrets",)
+_RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_GROUP_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_FIX_RESOURCES = ("give resources.overrides naming each label's resource explicitly, for example "
+                  "{exported_namespace: {resource: namespace}, exported_pod: {resource: pod}}")
+
+
+def _rule_name(rule: dict, index: int) -> str:
+    return f"gpu_metrics_adapter rules[{index}] (seriesQuery {rule.get('seriesQuery')!r})"
+
+
+def _rule_resources(rule: dict, where: str) -> list[tuple[str, str]]:
+    """(API group, plural) of every Kubernetes resource a rule maps series to.
+
+    Refused (AnsibleFilterError naming the rule and the fix): resources from a template (the adapter would need to
+    read every resource), a wildcard or malformed resource or group, a subresource, and Secrets."""
     resources = rule.get("resources") or {}
     if not isinstance(resources, dict):
         raise AnsibleFilterError(f"{where}: resources must be a dict (overrides and/or template)")
     if resources.get("template"):
-        return None
+        raise AnsibleFilterError(
+            f"{where}: resources.template {resources['template']!r} lets any label name any resource, so the adapter "
+            f"would need read access to every resource of the cluster (Secrets included), which is refused; "
+            f"{_FIX_RESOURCES}.")
+    overrides = resources.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise AnsibleFilterError(f"{where}: resources.overrides must be a dict of label: {{resource: ...}}; "
+                                 f"{_FIX_RESOURCES}")
     out = []
-    for label, target in (resources.get("overrides") or {}).items():
+    for label, target in overrides.items():
         if isinstance(target, dict):
             group, name = str(target.get("group") or ""), target.get("resource")
         else:
             group, name = "", target
         if not isinstance(name, str) or not name:
-            raise AnsibleFilterError(f"{where}: resources.overrides.{label} names no resource")
+            raise AnsibleFilterError(f"{where}: resources.overrides.{label} names no resource; {_FIX_RESOURCES}")
         if "." in name and not group:
             name, group = name.split(".", 1)
-        out.append((group, _plural(name)))
+        plural = _plural(name)
+        if group == "core":
+            group = ""
+        if not _RESOURCE_NAME.match(plural) or (group and not _GROUP_NAME.match(group)):
+            raise AnsibleFilterError(
+                f"{where}: resources.overrides.{label} names {name!r} (group {group!r}), not one resource of one API "
+                f"group (no wildcard, no subresource); {_FIX_RESOURCES}")
+        if plural in _FORBIDDEN_RESOURCES:
+            raise AnsibleFilterError(
+                f"{where}: resources.overrides.{label} maps series to {plural}, and the adapter would then read every "
+                f"Secret of the cluster; refused. Map the series to the object the metric is about (a pod, a "
+                f"namespace, a service).")
+        out.append((group, plural))
     return out
 
 
@@ -118,38 +153,46 @@ def adapter_rbac_rules(config: dict) -> dict:
     resources its rules map series to), and ``metrics_reader``, the custom metrics the HPA controller may read
     (``<resource>/<metric>`` for every rule's metric on every resource but namespaces).
 
-    A rule whose resources come from a template, or whose name a regular expression computes, cannot be listed:
-    then the rules fall back to every resource (``*``) for that part, which the role's README states."""
+    Never a wildcard (resource, API group or verb) and never Secrets: a rule whose resources come from a template,
+    that names a wildcard, a subresource or Secrets, or whose metric name a regular expression computes, is refused
+    (AnsibleFilterError naming the rule's index and seriesQuery, and the fix)."""
     if not isinstance(config, dict) or not isinstance(config.get("rules"), list):
         raise AnsibleFilterError("adapter_rbac_rules: expects the adapter configuration (a dict with a rules list)")
     groups: dict[str, set] = {"": {"namespaces"}}
     metrics: set = set()
-    wide_objects = wide_metrics = False
     for index, rule in enumerate(config["rules"]):
-        where = f"adapter_rbac_rules: rules[{index}]"
         if not isinstance(rule, dict):
-            raise AnsibleFilterError(f"{where} is not a dict")
+            raise AnsibleFilterError(f"adapter_rbac_rules: gpu_metrics_adapter rules[{index}] is not a dict")
+        where = f"adapter_rbac_rules: {_rule_name(rule, index)}"
         resources = _rule_resources(rule, where)
         metric = _rule_metric(rule)
-        if resources is None:
-            wide_objects = wide_metrics = True
-            continue
         for group, plural in resources:
             groups.setdefault(group, set()).add(plural)
             if plural == "namespaces":
                 continue
             if metric is None:
-                wide_metrics = True
-            else:
-                metrics.add(f"{plural}.{group}/{metric}" if group else f"{plural}/{metric}")
+                raise AnsibleFilterError(
+                    f"{where}: its metric's name is computed (name.as {(rule.get('name') or {}).get('as')!r}, or "
+                    f"name.matches without name.as), so the HPA controller's read access could only be every custom "
+                    f"metric (*), which is refused; give name.as the metric's literal name (a Prometheus metric "
+                    f"name), one rule per metric.")
+            metrics.add(f"{plural}.{group}/{metric}" if group else f"{plural}/{metric}")
     verbs = ["get", "list", "watch"]
-    if wide_objects:
-        adapter = [{"apiGroups": ["*"], "resources": ["*"], "verbs": verbs}]
-    else:
-        adapter = [{"apiGroups": [g], "resources": sorted(r), "verbs": verbs} for g, r in sorted(groups.items())]
-    reader = {"apiGroups": ["custom.metrics.k8s.io"], "resources": ["*"] if wide_metrics else sorted(metrics),
-              "verbs": ["get", "list"]}
+    adapter = [{"apiGroups": [g], "resources": sorted(r), "verbs": verbs} for g, r in sorted(groups.items())]
+    reader = {"apiGroups": ["custom.metrics.k8s.io"], "resources": sorted(metrics), "verbs": ["get", "list"]}
+    _check_no_wildcard(adapter + [reader])
     return {"adapter": adapter, "metrics_reader": [reader]}
+
+
+def _check_no_wildcard(rules: list) -> None:
+    """The last line of defence: no PolicyRule with a wildcard anywhere, none on Secrets."""
+    for rule in rules:
+        for key in ("apiGroups", "resources", "verbs"):
+            if any("*" in str(v) for v in rule[key]):
+                raise AnsibleFilterError(f"adapter_rbac_rules: a rule would grant {key} {rule[key]}: refused")
+        if any(str(r).split("/")[0] in _FORBIDDEN_RESOURCES for r in rule["resources"]) and \
+                "custom.metrics.k8s.io" not in rule["apiGroups"]:
+            raise AnsibleFilterError(f"adapter_rbac_rules: a rule would grant {rule['resources']}: refused")
 
 
 class FilterModule:

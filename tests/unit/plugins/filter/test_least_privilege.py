@@ -76,13 +76,8 @@ def test_adapter_rbac_follows_extra_rules():
     rbac = adapter_rbac_rules(gpu_adapter_rules("dcgm-exporter", extra_rules=extra))
     assert {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]} in rbac["adapter"]
     assert "deployments.apps/FB_USED" in rbac["metrics_reader"][0]["resources"]
-    # A computed name cannot be listed: the HPA's read falls back to every custom metric, said in the README.
-    computed = [{"seriesQuery": "x", "resources": {"overrides": {"pod": {"resource": "pod"}}},
-                 "name": {"matches": "^(.*)_total$", "as": "${1}_rate"}}]
-    assert adapter_rbac_rules(gpu_adapter_rules("dcgm-exporter", extra_rules=computed))["metrics_reader"][0][
-        "resources"] == ["*"]
-    templated = [{"seriesQuery": "x", "resources": {"template": "<<.Resource>>"}}]
-    assert adapter_rbac_rules({"rules": templated})["adapter"][0]["resources"] == ["*"]
+    # A computed name or a template resource cannot be listed: refused (tests/unit/plugins/filter/
+    # test_adapter_rbac_no_wildcard.py), never widened to *.
     with pytest.raises(AnsibleFilterError, match="expects the adapter configuration"):
         adapter_rbac_rules([])
 
