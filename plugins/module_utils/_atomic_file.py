@@ -17,6 +17,8 @@ import shutil
 import tempfile
 
 NEW_FILE_MODE = 0o644
+# A new file that holds a secret (a registry password, a proxy's credentials): readable by root only.
+SECRET_FILE_MODE = 0o600
 NEW_DIR_MODE = 0o755
 BACKUP_DIR_MODE = 0o700
 DEFAULT_BACKUP_DIR = "/var/backups/k8sgpu.nvidia"
@@ -122,13 +124,16 @@ def move_legacy_backups(path: str, backup_dir: str, check_mode: bool = False) ->
 
 
 def write_file(
-    module, path: str, data: bytes, exists: bool, backup: bool, backup_dir: str = DEFAULT_BACKUP_DIR
+    module, path: str, data: bytes, exists: bool, backup: bool, backup_dir: str = DEFAULT_BACKUP_DIR,
+    new_mode: int | None = None,
 ) -> str | None:
     """Atomically replace (or create) path with data; return the backup's path, if one was made.
 
     The backup goes to backup_dir (make_backup), never beside the file. An existing file keeps its owner, group,
-    mode and SELinux context (module.atomic_move copies them from it); a new one gets mode 0644, and missing parent
-    directories mode 0755. Raises ConfigFileError when something fails; the file is then unchanged, and the backup
+    mode and SELinux context (module.atomic_move copies them from it); a new one gets new_mode (0644 by default;
+    callers give SECRET_FILE_MODE, 0600, for content holding a secret), set on the temporary file (mkstemp's 0600
+    while the data is written) before the rename, so a secret is never readable by others; missing parent
+    directories get 0755. Raises ConfigFileError when something fails; the file is then unchanged, and the backup
     made for it removed.
     """
     backup_file = None
@@ -140,17 +145,18 @@ def write_file(
             backup_file = make_backup(path, backup_dir)
         elif not exists:
             make_parents(directory)
+        mode = NEW_FILE_MODE if new_mode is None else new_mode
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         if not exists:
-            os.chmod(tmp, NEW_FILE_MODE)
+            os.chmod(tmp, mode)
         module.atomic_move(tmp, path)
         moved = True
         if not exists:
-            os.chmod(path, NEW_FILE_MODE)
+            os.chmod(path, mode)
     except Exception as exc:
         if isinstance(exc, ConfigFileError):
             raise

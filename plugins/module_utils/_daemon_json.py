@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +23,16 @@ from typing import Any
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import (
     DEFAULT_BACKUP_DIR,
+    SECRET_FILE_MODE,
     ConfigFileError,
     read_file,
     write_file,
+)
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._redact import (  # noqa: F401 (re-exported)
+    REDACTED,
+    redact_config,
+    redact_string,
+    secret_strings,
 )
 
 # Runtimes dockerd knows without a "runtimes" entry (daemon/runtime_unix.go).
@@ -81,87 +87,8 @@ def _json_type(value: Any) -> str:
     return "number"
 
 
-# Redaction of what the module returns (config, previous, diff); the file keeps the real values.
-REDACTED = "********"
-# Key names that hold a secret as their whole value, anywhere in the file (log-opts' splunk-token, a password, ...).
-_SECRET_KEY = re.compile(r"token|secret|passw(?:or)?d|passphrase|credential|api[-_]?key|private[-_]?key|"
-                         r"access[-_]?key|pwd", re.IGNORECASE)
-# Keys whose values may be URLs written without a scheme (user:pass@proxy:3128), as dockerd accepts for proxies.
-_URL_KEY = re.compile(r"proxy|mirror|registr|url|address|endpoint|host", re.IGNORECASE)
-_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<authority>[^/?#\s]*)(?P<rest>\S*)")
-_BARE_AUTHORITY = re.compile(r"^(?P<authority>[^/?#\s]*@[^/?#\s]*)(?P<rest>.*)$", re.DOTALL)
-
-
-def _redact_query(rest: str) -> str:
-    """A URL's path, query and fragment, the values of query parameters named like secrets replaced."""
-    path, sep, query = rest.partition("?")
-    if not sep:
-        return rest
-    query, hsep, fragment = query.partition("#")
-    params = []
-    for param in query.split("&"):
-        name, eq, value = param.partition("=")
-        params.append(f"{name}={REDACTED}" if eq and value and _SECRET_KEY.search(name) else param)
-    return f"{path}?{'&'.join(params)}{hsep}{fragment}"
-
-
-def _redact_authority(authority: str) -> str:
-    userinfo, at, host = authority.rpartition("@")
-    return f"{REDACTED}@{host}" if at and userinfo else authority
-
-
-def redact_string(value: str, bare_url: bool = False) -> str:
-    """value with the userinfo of every URL in it (user:pass@) replaced by ********, host and path kept, and query
-    parameters named like secrets (?token=...) redacted. With bare_url, value may also be a URL without a scheme."""
-    redacted = _URL.sub(lambda m: m["scheme"] + _redact_authority(m["authority"]) + _redact_query(m["rest"]), value)
-    if bare_url and redacted == value:
-        match = _BARE_AUTHORITY.match(value)
-        if match:
-            return _redact_authority(match["authority"]) + _redact_query(match["rest"])
-    return redacted
-
-
-def _is_secret_key(key: Any) -> bool:
-    return isinstance(key, str) and bool(_SECRET_KEY.search(key))
-
-
-def redact_config(value: Any, key: Any = None) -> Any:
-    """A copy of a daemon.json value safe to print: the values of keys named like secrets (token, secret, password,
-    credential, api-key, ...) replaced by ******** whole (strings) or leaf by leaf (lists and objects), and the
-    userinfo of URLs (proxies, registry-mirrors, log-opts' URLs, anywhere) replaced by ********, keeping the host."""
-    if _is_secret_key(key):
-        return _redact_all(value)
-    if isinstance(value, dict):
-        return {k: redact_config(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_config(v, key) for v in value]
-    if isinstance(value, str):
-        return redact_string(value, bare_url=isinstance(key, str) and bool(_URL_KEY.search(key)))
-    return value
-
-
-def _redact_all(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _redact_all(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_all(v) for v in value]
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool) and value != "":
-        return REDACTED
-    return value
-
-
-def secret_strings(value: Any, key: Any = None, secret: bool = False) -> set[str]:
-    """The strings of value that redact_config changes: the module hides them in its invocation too."""
-    secret = secret or _is_secret_key(key)
-    if isinstance(value, dict):
-        return set().union(*(secret_strings(v, k, secret) for k, v in value.items()))
-    if isinstance(value, list):
-        return set().union(*(secret_strings(v, key, secret) for v in value))
-    if isinstance(value, str) and value and (secret or redact_config(value, key) != value):
-        return {value}
-    return set()
-
-
+# Redaction of what the module returns (config, previous, diff); the file keeps the real values. One redaction for
+# every module of the collection (module_utils/_redact.py); these names stay importable from here.
 def merge_settings(base: dict, updates: dict) -> dict:
     """Return a copy of base with updates deep-merged into it.
 
@@ -370,14 +297,22 @@ def read_config(path: str) -> tuple[bytes | None, dict]:
     return (None, {}) if data is None else (data, parse_config(data, path))
 
 
+def holds_secret(config: dict) -> bool:
+    """Whether daemon.json's content holds something redact_config hides (a new file holding one is made 0600)."""
+    return redact_config(config) != config
+
+
 def write_config(
-    module, path: str, text: str, exists: bool, backup: bool, backup_dir: str = DEFAULT_BACKUP_DIR
+    module, path: str, text: str, exists: bool, backup: bool, backup_dir: str = DEFAULT_BACKUP_DIR,
+    secret: bool = False,
 ) -> str | None:
     """Atomically replace (or create) path with text; return the backup's path, if one was made.
 
-    See _atomic_file.write_file; its errors become DaemonJsonError.
+    See _atomic_file.write_file; a new file is made mode 0600 when secret (it holds a secret), else 0644. Its errors
+    become DaemonJsonError.
     """
     try:
-        return write_file(module, path, text.encode("utf-8"), exists=exists, backup=backup, backup_dir=backup_dir)
+        return write_file(module, path, text.encode("utf-8"), exists=exists, backup=backup, backup_dir=backup_dir,
+                          new_mode=SECRET_FILE_MODE if secret else None)
     except ConfigFileError as exc:
         raise DaemonJsonError(str(exc)) from exc

@@ -18,7 +18,8 @@ description:
     the main file one after the other with no separator), makes no backup and writes in place. This module runs
     nvidia-ctk on copies of the files in a scratch directory, compares the results with the real files, and
     replaces only those that differ, each atomically (temporary file and rename, owner, group and mode kept)
-    after a backup. A second run changes nothing.
+    after a backup. A second run changes nothing. A file it creates is mode C(0600) when its content holds a secret
+    (what the diff redacts; since 1.1.0), else C(0644).
   - When nvidia-ctk rewrites containerd's main file to add C(imports), it writes the file in its own TOML layout;
     comments in that file are lost. The settings are kept. The diff shows exactly what changes.
   - Backups go to O(backup_dir), never beside the files. CRI-O loads every file of C(crio.conf.d) (and of the
@@ -41,7 +42,13 @@ attributes:
     details: Runs nvidia-ctk on scratch copies only and reports what would change, with the diff; writes nothing.
   diff_mode:
     support: full
-    details: Each changed file's text before and after, headed with its path.
+    details:
+      - Each changed file's text before and after, headed with its path, with secrets redacted (since 1.1.0) - the
+        collection's one redaction, that of M(k8sgpu.nvidia.docker_daemon_config), on TOML - every value of a table
+        named like a secret (containerd's C(registry.configs."<host>".auth), whose C(username), C(password),
+        C(auth) and C(identitytoken) become C(********)), the value of any key named like a secret (C(token),
+        C(password), C(secret), C(auth), ...), the userinfo of URLs (registry mirrors' C(https://user:pw@host)) and
+        secret query parameters (C(?sig=), C(X-Amz-Signature=), C(token=)). The files keep the real values.
 options:
   runtime:
     description: The container runtime to configure.
@@ -185,12 +192,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import (
     DEFAULT_BACKUP_DIR,
+    SECRET_FILE_MODE,
     ConfigFileError,
     check_backup_dir,
     move_legacy_backups,
     write_file,
 )
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_ctk import DEFAULT_PATHS, NvidiaCtkError, plan
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._redact import redact_toml, toml_holds_secret
 
 
 def main() -> None:
@@ -245,8 +254,8 @@ def main() -> None:
     if module._diff:
         result["diff"] = [
             dict(
-                before="" if c.before is None else c.before.decode("utf-8", "replace"),
-                after=c.after.decode("utf-8", "replace"),
+                before="" if c.before is None else redact_toml(c.before.decode("utf-8", "replace")),
+                after=redact_toml(c.after.decode("utf-8", "replace")),
                 before_header=c.path,
                 after_header=c.path,
             )
@@ -262,6 +271,7 @@ def main() -> None:
             backup_file = write_file(
                 module, change.path, change.after, exists=change.before is not None, backup=p["backup"],
                 backup_dir=backup_dir,
+                new_mode=SECRET_FILE_MODE if toml_holds_secret(change.after.decode("utf-8", "replace")) else None,
             )
         except ConfigFileError as exc:
             module.fail_json(msg=f"{exc} Files written before it: {written or 'none'}.", **result)

@@ -35,7 +35,8 @@ attributes:
     details: Runs nvidia-ctk on a scratch copy only and reports whether the file would change, with the diff.
   diff_mode:
     support: full
-    details: The file's text before and after, headed with its path.
+    details: The file's text before and after, headed with its path, with secrets redacted as
+      M(k8sgpu.nvidia.container_runtime_config) redacts its diff (since 1.1.0).
 options:
   path:
     description:
@@ -108,6 +109,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import (
     DEFAULT_BACKUP_DIR,
+    SECRET_FILE_MODE,
     ConfigFileError,
     check_backup_dir,
     write_file,
@@ -117,6 +119,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_ctk import (
     NvidiaCtkError,
     plan_config,
 )
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._redact import redact_toml, toml_holds_secret
 
 
 def main() -> None:
@@ -147,8 +150,8 @@ def main() -> None:
     result = dict(changed=change.changed, path=path, created=change.before is None, command=cmd)
     if module._diff and change.changed:
         result["diff"] = dict(
-            before="" if change.before is None else change.before.decode("utf-8", "replace"),
-            after=change.after.decode("utf-8", "replace"),
+            before="" if change.before is None else redact_toml(change.before.decode("utf-8", "replace")),
+            after=redact_toml(change.after.decode("utf-8", "replace")),
             before_header=path,
             after_header=path,
         )
@@ -156,7 +159,9 @@ def main() -> None:
         module.exit_json(**result)
     try:
         backup_file = write_file(module, path, change.after, exists=change.before is not None, backup=p["backup"],
-                                 backup_dir=p["backup_dir"])
+                                 backup_dir=p["backup_dir"],
+                                 new_mode=SECRET_FILE_MODE if toml_holds_secret(change.after.decode("utf-8", "replace"))
+                                 else None)
     except ConfigFileError as exc:
         module.fail_json(msg=str(exc), **result)
     if backup_file:

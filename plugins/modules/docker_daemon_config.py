@@ -92,8 +92,9 @@ options:
     default: present
   create:
     description:
-      - Create the file, with mode C(0644), when it does not exist and there is something to write; missing parent
-        directories are created with mode C(0755).
+      - Create the file when it does not exist and there is something to write, with mode C(0600) when its content
+        holds a secret (anything RV(config) redacts; since 1.1.0) and C(0644) otherwise; missing parent directories
+        are created with mode C(0755). An existing file keeps its mode.
       - With V(false), a missing file fails the task when it would have to be created.
     type: bool
     default: true
@@ -105,8 +106,10 @@ notes:
   - On SELinux hosts the file's context is kept, or set to the default for a new file.
   - Secrets are redacted in what the module returns (RV(config), RV(previous), the diff), so C(-v) and C(--diff)
     never print them; the file keeps the real values. Values of O(settings) that would be redacted are also hidden
-    in the task's C(invocation). The file itself is as readable as its mode makes it (C(0644) for a new file),
-    so keep credentials out of it where the host's users must not read them.
+    in the task's C(invocation). The redaction is the collection's one (also that of
+    M(k8sgpu.nvidia.container_runtime_config)). A new file holding a secret is created C(0600); an existing file is as
+    readable as its mode makes it, which the module keeps, so tighten that mode where the host's users must not read
+    its credentials.
 seealso:
   - name: Docker daemon configuration file
     description: The keys of C(daemon.json).
@@ -193,11 +196,14 @@ config:
   description:
     - The content of the file after the task (or that it would have, in check mode), with secrets redacted.
     - Redacted are, at any depth, the values of keys whose name suggests a secret (containing C(token), C(secret),
-      C(password), C(passwd), C(pwd), C(passphrase), C(credential), C(api-key), C(private-key) or C(access-key), such
-      as C(log-opts.splunk-token)) - each string or number replaced by C(********), in lists and objects leaf by
-      leaf - and in every string value, the userinfo of a URL (C(http://user:pass@proxy:3128) becomes
-      C(http://********@proxy:3128), the host, port and path kept, so a diff still shows which proxy or mirror
-      changed) and the values of its query parameters named like secrets (C(?access_token=********)).
+      C(password), C(passwd), C(pwd), C(passphrase), C(credential), C(api-key), C(private-key), C(access-key) or
+      C(cookie), or being or ending in C(auth), C(auths), C(pass), C(sig) or C(signature) after C(-), C(_) or C(.),
+      such as C(log-opts.splunk-token) or C(registry-auth)) - each string or number replaced by C(********), in lists
+      and objects leaf by leaf - and in every string value, the userinfo of a URL (C(http://user:pass@proxy:3128)
+      becomes C(http://********@proxy:3128), the host, port and path kept, so a diff still shows which proxy or
+      mirror changed), the values of its query parameters named like secrets (C(?access_token=********),
+      C(?sig=********), C(X-Amz-Signature=********), C(X-Amz-Credential=********)), and the value of a
+      C(name=value) string whose name is a secret's (C(labels: ["api_key=********"])).
     - Under keys naming URLs (C(proxies.http-proxy), C(proxies.https-proxy), C(registry-mirrors), any key containing
       C(proxy), C(mirror), C(registr), C(url), C(address), C(endpoint) or C(host)) a URL without a scheme
       (C(user:pass@proxy:3128)) is redacted the same way.
@@ -254,6 +260,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._daemon_json import (
     DaemonJsonError,
     dump_config,
+    holds_secret,
     plan_config,
     read_config,
     redact_config,
@@ -325,7 +332,8 @@ def main() -> None:
     if not module.check_mode:
         try:
             backup_file = write_config(
-                module, path, text, exists=data is not None, backup=params["backup"], backup_dir=params["backup_dir"]
+                module, path, text, exists=data is not None, backup=params["backup"], backup_dir=params["backup_dir"],
+                secret=holds_secret(plan.config),
             )
         except DaemonJsonError as exc:
             module.fail_json(msg=str(exc), **result)
