@@ -13,7 +13,7 @@ INVENTORY ?= inventories/lab
 # First line of each step's recipe: when it started (make test's log is its timeline).
 STAMP = @echo "[make $@ started $$(date +%H:%M:%S)]"
 
-.PHONY: help deps venv importer-venv compat-venv release-check compat lab lab-images lab-down lab-status site test prebuild lint sanity unit cloud molecule integration upgrade-test clean-cache
+.PHONY: help deps venv importer-venv compat-venv release-check compat compat-lowest compat-newest requirements-install lab lab-images lab-down lab-status site test prebuild lint sanity unit cloud molecule integration upgrade-test clean-cache
 
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -34,21 +34,16 @@ $(IMPORTER_VENV)/.installed: requirements-importer.txt
 
 importer-venv: $(IMPORTER_VENV)/.installed
 
-# The lower bound of requires_ansible (meta/runtime.yml): ansible-core 2.17 with what tests/unit needs. The
-# dependency collections are .venv's (the `ansible` package's kubernetes.core and amazon.aws, which accept 2.17),
-# linked into $(COMPAT_VENV)/deps/ansible_collections: on the venv's sys.path (a .pth file) for the unit tests,
-# ANSIBLE_COLLECTIONS_PATH for ansible-playbook. Nothing from Galaxy. tests/release/compat/module_utils_testing.py
-# supplies the unit tests' patch_module_args, which ansible-core has from 2.19 on.
+# The lower bound of requires_ansible (meta/runtime.yml): ansible-core 2.17 with what tests/unit needs.
+# tests/release/compat/module_utils_testing.py supplies the unit tests' patch_module_args, which ansible-core has
+# from 2.19 on. The dependency collections are not installed in it: make compat-lowest puts them on its sys.path.
 COMPAT_VENV ?= $(CURDIR)/.venv-compat
-$(COMPAT_VENV)/.installed: requirements-compat.txt tests/release/compat/module_utils_testing.py $(VENV)/.installed
+$(COMPAT_VENV)/.installed: requirements-compat.txt tests/release/compat/module_utils_testing.py
 	$(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/pip install -q --upgrade pip
 	$(COMPAT_VENV)/bin/pip install -q -r requirements-compat.txt
-	rm -rf $(COMPAT_VENV)/deps; mkdir -p $(COMPAT_VENV)/deps/ansible_collections
-	src=$$($(VENV)/bin/python -c 'import ansible_collections, os; print(list(ansible_collections.__path__)[0])'); \
-	  for ns in kubernetes amazon; do ln -s $$src/$$ns $(COMPAT_VENV)/deps/ansible_collections/$$ns; done
 	purelib=$$($(COMPAT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
-	  echo $(COMPAT_VENV)/deps >$$purelib/k8sgpu-compat-deps.pth; \
+	  rm -f $$purelib/k8sgpu-compat-deps.pth; \
 	  [ -f $$purelib/ansible/module_utils/testing.py ] || cp tests/release/compat/module_utils_testing.py $$purelib/ansible/module_utils/testing.py
 	touch $@
 
@@ -100,11 +95,11 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # an interrupt stops both (the side steps run in a process group of their own).
 # INTEGRATION_BESIDE= runs every step one after the other (lint, sanity, cloud,
 # molecule, compat, lab, integration).
-INTEGRATION_BESIDE ?= lint sanity cloud molecule compat
+INTEGRATION_BESIDE ?= lint sanity cloud molecule compat requirements-install
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
-test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molecule, compat (ansible-core 2.17), lab integration
+test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molecule, compat (both ends), requirements-install, lab integration
 	$(STAMP)
-	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory lint sanity cloud molecule compat lab integration; fi; \
+	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory lint sanity cloud molecule compat requirements-install lab integration; fi; \
 	$(MAKE) --no-print-directory lab-images; \
 	rc=0; lab=0; $(MAKE) --no-print-directory lab || lab=1; \
 	echo "[make $(strip $(INTEGRATION_BESIDE)) started $$(date +%H:%M:%S) beside make integration; log: $(BESIDE_LOG)]"; \
@@ -152,8 +147,9 @@ lint: venv importer-venv  ## ansible-lint, changelog lint, the release checks (t
 # execution-environment.yml against that tarball (next to a copy of the file, so its src resolves there).
 RELEASE_DIR ?= $(CURDIR)/.cache/release
 COLLECTION_TARBALL = $(RELEASE_DIR)/k8sgpu-nvidia-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
-release-check: venv importer-venv  ## the built tarball: contents, playbooks by FQCN when installed, galaxy-importer, ansible-builder create
+release-check: venv importer-venv  ## version_added and changelog against galaxy.yml's version; the built tarball: contents, playbooks by FQCN when installed, galaxy-importer, ansible-builder create
 	$(STAMP)
+	python tests/release/release_check.py
 	rm -rf $(RELEASE_DIR); mkdir -p $(RELEASE_DIR)
 	tests/release/test_release.sh $(RELEASE_DIR)
 	tests/release/importer.sh $(COLLECTION_TARBALL)
@@ -165,11 +161,44 @@ release-check: venv importer-venv  ## the built tarball: contents, playbooks by 
 	    echo "execution-environment.yml does not install $$t (galaxy.yml's version): update its src and name"; exit 1; fi; \
 	  echo "ansible-builder create: the build context installs $$t ($(RELEASE_DIR)/ee-context)"
 
-compat: compat-venv  ## the requires_ansible lower bound: unit tests and the installed playbooks' syntax check on ansible-core 2.17
-	$(STAMP)
-	PATH=$(COMPAT_VENV)/bin:$$PATH; ansible --version | sed -n 1p; \
+# The dependency collections at both ends of galaxy.yml's ranges, from PyPI's `ansible` wheels (pip download
+# --no-deps; pip's cache keeps them; tests/release/compat_collections.py unpacks only kubernetes.core and amazon.aws
+# into $(COMPAT_DEPS)/ansible-<version> and checks them against galaxy.yml: the lowest must be its lower bounds, the
+# newest inside its ranges). Nothing from Galaxy. They go first on sys.path (PYTHONPATH, before site-packages and its
+# own `ansible` package's copies: checked) for the unit tests, and are the only dependencies of the installed
+# tarball for test_release.sh (DEPS_COLLECTIONS_PATH). About 8 s each when pip's cache is cold, 1 s warm.
+COMPAT_DEPS ?= $(CURDIR)/.cache/compat
+# kubernetes.core 5.0.0, amazon.aws 9.0.0: galaxy.yml's lower bounds, on ansible-core 2.17 ($(COMPAT_VENV)).
+COMPAT_LOWEST_ANSIBLE ?= 11.0.0
+# kubernetes.core 6.6.0, amazon.aws 11.4.0: the newest PyPI's `ansible` ships, on .venv's ansible-core (2.19; the
+# package itself needs Python 3.12 and ansible-core 2.21, and both collections accept 2.19).
+COMPAT_NEWEST_ANSIBLE ?= 14.5.0
+# Run the unit tests and test_release.sh on $(1)'s python with the dependency collections of $(2) (a directory).
+define compat_run
+	$(1)/python tests/release/compat_collections.py $(3) $(4) $(2)
+	PATH=$(1):$$PATH; export PYTHONPATH=$(2); ansible --version | sed -n 1p; \
+	  python -c 'import sys, ansible_collections.kubernetes.core as k, ansible_collections.amazon.aws as a; \
+	    bad = [m.__name__ for m in (k, a) if not list(m.__path__)[0].startswith(sys.argv[1])]; \
+	    sys.exit(f"{bad} not taken from {sys.argv[1]}" if bad else 0)' $(2); \
 	  pytest -q -p no:cacheprovider tests/unit; \
-	  DEPS_COLLECTIONS_PATH=$(COMPAT_VENV)/deps tests/release/test_release.sh
+	  DEPS_COLLECTIONS_PATH=$(2) tests/release/test_release.sh
+endef
+
+compat: compat-lowest compat-newest  ## both ends: ansible-core 2.17 with the lowest dependency collections, the newest collections
+
+compat-lowest: compat-venv  ## requires_ansible's and galaxy.yml's lower bounds: unit tests and installed playbooks' syntax check on ansible-core 2.17, kubernetes.core 5.0.0, amazon.aws 9.0.0
+	$(STAMP)
+	$(call compat_run,$(COMPAT_VENV)/bin,$(COMPAT_DEPS)/ansible-$(COMPAT_LOWEST_ANSIBLE),lowest,$(COMPAT_LOWEST_ANSIBLE))
+
+compat-newest: venv  ## the newest dependency collections (PyPI's ansible 14.5.0): unit tests and installed playbooks' syntax check
+	$(STAMP)
+	$(call compat_run,$(VENV)/bin,$(COMPAT_DEPS)/ansible-$(COMPAT_NEWEST_ANSIBLE),newest,$(COMPAT_NEWEST_ANSIBLE))
+
+# The README's `pip install -r` of each requirements file the tarball ships, in fresh venvs with pip 23.2.1 (what
+# Python 3.11 and 3.12 bundle) and the newest pip; fails past 3 minutes per install (a backtracking resolver).
+requirements-install:  ## each requirements file in a fresh venv, pip 23.2.1 and the newest pip, 3 min at most each
+	$(STAMP)
+	PYTHON=$(PYTHON) tests/release/requirements_install.sh
 
 sanity: venv  ## ansible-test sanity (tests/sanity/run.sh)
 	$(STAMP)

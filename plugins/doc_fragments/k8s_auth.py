@@ -8,6 +8,8 @@
 # ansible-doc without the collection's dependencies, and one unresolved fragment fails the documentation of every
 # module. The options themselves are kubernetes.core's (module_utils.args_common.AUTH_ARG_SPEC); keep this copy in
 # step with it (tests/sanity's validate-modules compares each module's documentation with its argument spec).
+# kubernetes.core's version_added notes ("Added in version 2.2.0") are left out: in this collection's documentation
+# they would read as versions of k8sgpu.nvidia (tests/unit/test_doc_fragment_k8s_auth.py).
 
 from __future__ import absolute_import, division, print_function
 
@@ -32,7 +34,7 @@ options:
       configuration file from I(~/.kube/config). Can also be specified via K8S_AUTH_KUBECONFIG environment
       variable.
     - Multiple Kubernetes config file can be provided using separator ';' for Windows platform or ':' for others platforms.
-    - The kubernetes configuration can be provided as dictionary. This feature requires a python kubernetes client version >= 17.17.0. Added in version 2.2.0.
+    - The kubernetes configuration can be provided as dictionary. This feature requires a python kubernetes client version >= 17.17.0.
     type: raw
   context:
     description:

@@ -30,3 +30,11 @@ def test_copy_documents_every_option_of_the_argument_spec_the_modules_use():
     assert set(ours) == set(AUTH_ARG_SPEC)
     for name, spec in AUTH_ARG_SPEC.items():
         assert ours[name].get("type", "str") == spec.get("type", "str"), name
+
+
+def test_copy_shows_no_version_of_kubernetes_core():
+    """Rendered in this collection's documentation, kubernetes.core's "Added in version 2.2.0" or a version_added key
+    reads as a version of k8sgpu.nvidia (which has no 2.2.0)."""
+    text = Ours.DOCUMENTATION
+    assert "version_added" not in text
+    assert "Added in version" not in text
