@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from ansible_output import recap
-from conftest import LAB_NAME, LAB_STATE, node_sh, run
+from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
+
+sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp import openpgp_fingerprints  # noqa: E402
 
 NODE = f"{LAB_NAME}-toolkit-site"
 IMAGE = "k8sgpu-lab/debian:bookworm"
@@ -37,10 +41,23 @@ def role(**extra) -> subprocess.CompletedProcess:
         "container_toolkit_repo_url": MIRROR,
         # A proxy URL, as k8sgpu_apt_proxy gives it; a file:// mirror needs none.
         "container_toolkit_repo_proxy": (LAB_STATE / "apt-proxy-url").read_text().strip(),
+        # The lab's own key, pinned as inventories/lab does (the role's default pin is NVIDIA's key, issue 34).
+        "container_toolkit_repo_key_fingerprint": lab_key_fingerprint(),
         **extra,
     }
     return run(["ansible-playbook", "-i", f"{NODE},", "-c", "community.docker.docker",
                 "tests/lab/playbooks/container_toolkit.yml", "-e", json.dumps(extra)])
+
+
+def lab_repo() -> Path:
+    """The lab's toolkit repository in its cache (lab/build-toolkit-repo.sh builds it)."""
+    mirror_url = (LAB_STATE / "toolkit-mirror-url").read_text().strip()
+    return CACHE / "mirror" / mirror_url.split("/k8sgpu-mirror/", 1)[1]
+
+
+def lab_key_fingerprint() -> str:
+    (fingerprint,) = openpgp_fingerprints((lab_repo() / "gpgkey").read_text())
+    return fingerprint
 
 
 def docker_state() -> dict:
@@ -53,8 +70,7 @@ def docker_state() -> dict:
 
 @pytest.fixture(scope="module")
 def node():
-    mirror_url = (LAB_STATE / "toolkit-mirror-url").read_text().strip()
-    repo = CACHE / "mirror" / mirror_url.split("/k8sgpu-mirror/", 1)[1]
+    repo = lab_repo()
     assert (repo / "gpgkey").is_file(), f"{repo}: the lab's toolkit repository is missing (make lab builds it)"
     subprocess.run(["docker", "rm", "-f", NODE], capture_output=True, check=False)
     subprocess.run(
@@ -97,7 +113,9 @@ def test_file_mirror_with_a_proxy_setting_installs_without_a_proxy_file(converge
     assert sh("nvidia-ctk --version").startswith("NVIDIA Container Toolkit CLI version")
     source = sh("cat /etc/apt/sources.list.d/k8sgpu-nvidia-container-toolkit.sources")
     assert f"URIs: {MIRROR}/stable/deb/amd64" in source, source
-    assert sh("cat /etc/apt/keyrings/nvidia-container-toolkit.asc").startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+    keyring = sh("cat /etc/apt/keyrings/nvidia-container-toolkit.asc")
+    assert keyring.startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+    assert openpgp_fingerprints(keyring) == [lab_key_fingerprint()]  # the pinned key alone (issue 34)
     # apt reads a file:// source from the disk: no proxy file for it.
     assert "k8sgpu" not in sh("ls /etc/apt/apt.conf.d/")
     # And a second run changes nothing.

@@ -78,7 +78,8 @@ def test_fingerprints_match_gpgs(gpg_keys):
     for armored, fpr in gpg_keys.values():
         assert openpgp_fingerprints(armored) == [fpr]
     both = gpg_keys["rsa2048"][0] + gpg_keys["ed25519"][0]
-    assert openpgp_fingerprints(both) == [gpg_keys["rsa2048"][1]]  # the first block's key
+    # Every block's keys (the first block's only, before issue 34: a second block went unseen).
+    assert openpgp_fingerprints(both) == [gpg_keys["rsa2048"][1], gpg_keys["ed25519"][1]]
     spaced = " ".join(gpg_keys["rsa2048"][1][i:i + 4] for i in range(0, 40, 4)).lower()
     assert openpgp_fingerprint_normalize("0x" + spaced) == gpg_keys["rsa2048"][1]
 
