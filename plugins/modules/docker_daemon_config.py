@@ -203,7 +203,7 @@ config:
       becomes C(http://********@proxy:3128), the host, port and path kept, so a diff still shows which proxy or
       mirror changed), the values of its query parameters named like secrets (C(?access_token=********),
       C(?sig=********), C(X-Amz-Signature=********), C(X-Amz-Credential=********)), and the value of a
-      C(name=value) string whose name is a secret's (C(labels: ["api_key=********"])).
+      C(name=value) string whose name is a secret's (a C(labels) entry C(api_key=********)).
     - Under keys naming URLs (C(proxies.http-proxy), C(proxies.https-proxy), C(registry-mirrors), any key containing
       C(proxy), C(mirror), C(registr), C(url), C(address), C(endpoint) or C(host)) a URL without a scheme
       (C(user:pass@proxy:3128)) is redacted the same way.

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: k8s_namespace_objects
-short_description: List the objects of several kinds in one namespace, in one task
+short_description: List the objects of several kinds in one namespace, or tell which named objects another manager owns
 version_added: 1.0.0
 description:
   - Lists, in one namespace, the objects of each kind in O(kinds), and returns them per kind (C(listed)) in the shape
@@ -18,6 +18,12 @@ description:
   - Why not M(kubernetes.core.k8s_info) in a loop - it lists one kind per call, and each call pays for starting Python
     and importing the Kubernetes client (about a second); the private role C(_k8s) looks for twenty kinds before it
     removes a namespace it created, which took 12-15 s per removal with a loop and takes one call with this module.
+  - With O(objects) instead (since 1.1.0), reads those objects by name (in one call) and returns in RV(foreign) each
+    that exists and belongs to another manager - its label C(app.kubernetes.io/managed-by) names someone else, it
+    carries Helm's annotation C(meta.helm.sh/release-name), it was created by another field manager and never
+    applied by O(field_manager), or another field manager applies it server-side too. With O(fail_on_foreign), the
+    task then fails naming each and what to do. The private role C(_k8s) calls it before it applies (server-side,
+    conflicts forced) or deletes objects, so that it takes over or deletes another manager's object only when asked.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
@@ -27,14 +33,14 @@ extends_documentation_fragment:
   - k8sgpu.nvidia.k8s_auth
 options:
   namespace:
-    description: The namespace to list.
+    description: The namespace to list. Required with O(kinds).
     type: str
-    required: true
   kinds:
-    description: The kinds to list, each by API version and kind, as the Kubernetes API names them.
+    description:
+      - The kinds to list, each by API version and kind, as the Kubernetes API names them.
+      - One of O(kinds) and O(objects) is required.
     type: list
     elements: dict
-    required: true
     suboptions:
       api_version:
         description: The kind's API group and version, for example V(v1) or V(apps/v1).
@@ -44,11 +50,48 @@ options:
         description: The kind, for example V(ConfigMap).
         type: str
         required: true
+  objects:
+    description:
+      - Objects to read by name (each with C(apiVersion), C(kind), C(metadata.name) and, when namespaced,
+        C(metadata.namespace); the rest is ignored), to tell which belong to another manager (RV(foreign)).
+    type: list
+    elements: dict
+    version_added: 1.1.0
+  field_manager:
+    description: With O(objects), the field manager whose objects are not foreign (a C(<field_manager>/...) one too).
+    type: str
+    default: k8sgpu.nvidia
+    version_added: 1.1.0
+  take_over_managers:
+    description:
+      - With O(objects), field managers that count as O(field_manager) (the collection's own earlier writers, such as
+        C(OpenAPI-Generator), the API server's name for the Python client the device_plugin role merge-patched with).
+    type: list
+    elements: str
+    default: []
+    version_added: 1.1.0
+  fail_on_foreign:
+    description: With O(objects), fail when one belongs to another manager, naming each and the fix.
+    type: bool
+    default: false
+    version_added: 1.1.0
+  owner:
+    description: With O(fail_on_foreign), the role named in the message.
+    type: str
+    default: _k8s
+    version_added: 1.1.0
+  state:
+    description: With O(fail_on_foreign), what the caller would do to the objects (the message says take over or delete).
+    type: str
+    choices: [present, absent]
+    default: present
+    version_added: 1.1.0
 requirements:
   - kubernetes >= 24.2.0 (Python)
   - kubernetes.core (its authentication and API client)
 notes:
   - Needs C(list) on each kind in the namespace (RBAC); a kind it may not list fails the task, naming the kind.
+    With O(objects), C(get) on each object.
 """
 
 EXAMPLES = r"""
@@ -64,6 +107,12 @@ EXAMPLES = r"""
 - name: Show them as Kind/name
   ansible.builtin.debug:
     msg: "{{ contents.listed | map(attribute='resources') | flatten | map(attribute='metadata.name') }}"
+
+- name: Refuse to take over objects Helm or kubectl made
+  k8sgpu.nvidia.k8s_namespace_objects:
+    objects: "{{ rendered_objects }}"
+    fail_on_foreign: true
+    owner: dcgm_exporter
 """
 
 RETURN = r"""
@@ -86,6 +135,21 @@ listed:
       type: list
       elements: dict
       sample: [{apiVersion: v1, kind: ConfigMap, metadata: {name: dcgm-exporter-metrics, namespace: dcgm-exporter}}]
+foreign:
+  description: With O(objects), those that exist and belong to another manager, in their order.
+  returned: with O(objects)
+  type: list
+  elements: dict
+  version_added: 1.1.0
+  contains:
+    object:
+      description: C(Kind namespace/name).
+      type: str
+    reason:
+      description: Why it is another manager's.
+      type: str
+  sample: [{object: ConfigMap gpu-monitoring/dcgm-exporter-metrics,
+            reason: "it belongs to the Helm release gpu-monitoring/dcgm (annotation meta.helm.sh/release-name)"}]
 """
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
@@ -94,6 +158,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
     k8s_module,
     raw_json,
 )
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_ownership import describe, foreign_owner, refusal
 
 try:
     from kubernetes.dynamic.exceptions import ResourceNotFoundError
@@ -138,20 +203,68 @@ def list_kinds(api, namespace: str, kinds: list) -> list:
     return results
 
 
+def read_object(api, obj: dict) -> dict | None:
+    """The live object named as obj is (apiVersion, kind, metadata.name/namespace); None when there is none (or its
+    kind is not served). Raises RuntimeError naming the object on an API error."""
+    meta = obj.get("metadata") or {}
+    try:
+        resource = api.resources.get(api_version=obj.get("apiVersion"), kind=obj.get("kind"))
+    except ResourceNotFoundError:
+        return None
+    namespace = meta.get("namespace") if getattr(resource, "namespaced", True) else None
+    try:
+        return api.request("get", resource.path(name=meta.get("name"), namespace=namespace), serializer=raw_json)
+    except Exception as exc:  # the dynamic client's ApiException and connection errors
+        if getattr(exc, "status", None) == 404:
+            return None
+        raise RuntimeError(f"reading {describe(obj)}: {api_error_message(exc)}") from exc
+
+
+def foreign_objects(api, objects: list, field_manager: str, take_over_managers: list) -> list[tuple[dict, str]]:
+    """(object, why) for each of objects that exists and belongs to another manager (_k8s_ownership.foreign_owner)."""
+    found = []
+    for obj in objects:
+        if not isinstance(obj, dict) or not (obj.get("metadata") or {}).get("name"):
+            raise RuntimeError(f"{obj!r} is not an object with apiVersion, kind and metadata.name")
+        why = foreign_owner(read_object(api, obj), field_manager, take_over_managers)
+        if why:
+            found.append((obj, why))
+    return found
+
+
 def main():
     module = k8s_module(
         argument_spec=dict(
-            namespace=dict(type="str", required=True),
-            kinds=dict(type="list", elements="dict", required=True, options=dict(
+            namespace=dict(type="str"),
+            kinds=dict(type="list", elements="dict", options=dict(
                 api_version=dict(type="str", required=True),
                 kind=dict(type="str", required=True),
             )),
+            objects=dict(type="list", elements="dict"),
+            field_manager=dict(type="str", default="k8sgpu.nvidia"),
+            take_over_managers=dict(type="list", elements="str", default=[]),
+            fail_on_foreign=dict(type="bool", default=False),
+            owner=dict(type="str", default="_k8s"),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
         ),
+        required_one_of=[("kinds", "objects")],
+        mutually_exclusive=[("kinds", "objects")],
+        required_by={"kinds": "namespace"},
         supports_check_mode=True,
     )
+    p = module.params
     api = dynamic_client(module)
+    if p["objects"] is not None:
+        try:
+            found = foreign_objects(api, p["objects"], p["field_manager"], p["take_over_managers"])
+        except RuntimeError as exc:
+            module.fail_json(msg=f"Could not read the objects: {exc}")
+        foreign = [{"object": describe(obj), "reason": why} for obj, why in found]
+        if found and p["fail_on_foreign"]:
+            module.fail_json(msg=refusal(found, p["owner"], p["state"]), foreign=foreign)
+        module.exit_json(changed=False, foreign=foreign)
     try:
-        results = list_kinds(api, module.params["namespace"], module.params["kinds"])
+        results = list_kinds(api, p["namespace"], p["kinds"])
     except RuntimeError as exc:
         module.fail_json(msg=f"Could not list the namespace's objects: {exc}")
     module.exit_json(changed=False, listed=results)
