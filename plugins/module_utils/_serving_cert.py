@@ -8,11 +8,14 @@ Pure functions over PEM text (the `cryptography` package), unit-tested without a
   caBundle trusts nothing else). Renewing means a new CA too, and a new caBundle.
 - problems(): why an existing pair (a Secret's ca.crt, tls.crt, tls.key) cannot be kept: unreadable, the key not
   the certificate's, not signed by the CA, other DNS names, expiring within the renewal window.
+- ca_trust_problem(): why the pair's CA is not to be trusted although valid: not the CA the module made (its
+  fingerprint, recorded on the Secret's Namespace, which who may write the Secret may not write), or not pinned.
 """
 from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 
 try:
     from cryptography import x509
@@ -130,3 +133,55 @@ def problems(pem: dict, dns_names: list[str], renew_before_days: int) -> list[st
         elif c.not_valid_before_utc > _now() + datetime.timedelta(minutes=10):
             out.append(f"{what} is not valid before {c.not_valid_before_utc:%Y-%m-%dT%H:%M}Z")
     return out
+
+
+# Where the module records the SHA-256 fingerprint of each CA it made: an annotation of the Secret's Namespace, a
+# JSON object {secret name: fingerprint}. The Namespace is cluster-scoped: who may write Secrets in the namespace
+# (a RoleBinding to admin or edit there) may not write it, so cannot make the module trust a CA of their own.
+RECORD_ANNOTATION = "k8sgpu.nvidia/serving-ca-sha256"
+
+
+def ca_fingerprint(ca_pem: str) -> str:
+    """SHA-256 of the CA certificate (DER), lower-case hex; '' when it is not a readable certificate."""
+    try:
+        cert = x509.load_pem_x509_certificate((ca_pem or "").encode())
+    except (ValueError, TypeError):
+        return ""
+    return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+
+
+def _normal(fingerprint: str) -> str:
+    return str(fingerprint or "").replace(":", "").strip().lower()
+
+
+def recorded_fingerprints(namespace: dict | None) -> dict:
+    """{secret name: fingerprint} from the Namespace's annotation; {} when absent or not a JSON object."""
+    value = (((namespace or {}).get("metadata") or {}).get("annotations") or {}).get(RECORD_ANNOTATION)
+    try:
+        found = json.loads(value) if value else {}
+    except ValueError:
+        return {}
+    return {str(k): _normal(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def record_patch(namespace: dict | None, secret_name: str, fingerprint: str) -> dict:
+    """The merge patch of the Namespace that records fingerprint for secret_name, keeping the other Secrets'."""
+    records = recorded_fingerprints(namespace)
+    records[secret_name] = _normal(fingerprint)
+    return {"metadata": {"annotations": {RECORD_ANNOTATION: json.dumps(records, sort_keys=True)}}}
+
+
+def ca_trust_problem(pem: dict, recorded: str | None, pins: list | None = None, trust_existing: bool = False) -> str:
+    """Why the CA in pem is not to be trusted ('' when it is): with trust_existing any CA is; with pins its
+    fingerprint must be one of them; otherwise it must be the one recorded when the module made it."""
+    if trust_existing:
+        return ""
+    fingerprint = ca_fingerprint(pem.get("ca.crt", ""))
+    if pins:
+        if fingerprint in {_normal(p) for p in pins}:
+            return ""
+        return f"ca.crt (SHA-256 {fingerprint or 'unreadable'}) is not one of the pinned CAs (trusted_ca_sha256)"
+    if recorded and fingerprint and _normal(recorded) == fingerprint:
+        return ""
+    return (f"ca.crt (SHA-256 {fingerprint or 'unreadable'}) is not a CA this module made (the fingerprint recorded "
+            f"on the Namespace's annotation {RECORD_ANNOTATION} is {recorded or 'absent'})")

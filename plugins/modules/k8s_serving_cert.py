@@ -17,6 +17,20 @@ description:
     the Secret replaced, and RV(reason) says why. A second run with the same settings changes nothing.
   - The CA's private key is discarded once it has signed the certificate, so the CA vouches for this one
     certificate only; renewing makes a new CA as well, and the caller updates the C(caBundle) from RV(ca_bundle).
+  - Only a CA this module made is kept (since 1.1.0). When it makes a CA it records the SHA-256 fingerprint of the
+    CA's certificate on the Secret's Namespace (annotation C(k8sgpu.nvidia/serving-ca-sha256), a JSON object by
+    Secret name; a merge patch with field manager C(<field_manager>/serving-cert)), and a CA found in the Secret
+    whose fingerprint is not the one recorded is not trusted - a new CA and certificate replace it, and RV(reason)
+    says so. Why there - the Secret's CA becomes the C(caBundle) the API server's aggregator trusts for the
+    adapter, so whoever can write the Secret would otherwise choose it; a record in the same Secret (or any
+    namespaced object) could be written by the same people. The Namespace is cluster-scoped - a RoleBinding to
+    C(admin) or C(edit) in the namespace, which lets its holder write Secrets there, does not let them write the
+    Namespace. What this does not defend against - who may patch Namespaces (cluster-wide), or who may write
+    the APIService itself, can still choose the CA; and a pair written into the Secret is served by the adapter
+    until the next run replaces it (the aggregator refuses it meanwhile, its CA not being the caBundle).
+  - O(trusted_ca_sha256) pins the CA instead (a CA made elsewhere, by cert-manager or a site CA) - only a CA with
+    one of those fingerprints is kept, and the module never makes one; O(trust_existing_ca=true) keeps any valid CA
+    found (the behaviour of 1.0.0).
   - With O(write_dir), also writes C(tls.crt), C(tls.key) (mode 0600) and C(ca.crt) there, for an API server running
     outside the cluster (C(--tls-cert-file), C(--tls-private-key-file)); a file is rewritten only when it differs.
   - No key material is ever returned or shown in a diff.
@@ -71,11 +85,30 @@ options:
   write_dir:
     description: A directory on the host to write C(tls.crt), C(tls.key) and C(ca.crt) to. Not written when empty.
     type: path
+  trusted_ca_sha256:
+    description:
+      - SHA-256 fingerprints (of the DER certificate, hex, colons allowed, any case - as
+        C(openssl x509 -noout -fingerprint -sha256) prints them) of the CAs to trust in the Secret, made elsewhere.
+      - When given, a CA in the Secret is kept only when its fingerprint is one of them, and the task fails, changing
+        nothing, when the Secret's pair cannot be kept (another CA, invalid, expiring) - the module does not make a CA
+        that the pin would refuse. Nothing is recorded on the Namespace.
+    type: list
+    elements: str
+    default: []
+    version_added: 1.1.0
+  trust_existing_ca:
+    description:
+      - Keep any valid CA found in the Secret, whoever put it there (the behaviour of 1.0.0) - for a Secret that another
+        trusted tool (cert-manager) keeps. Nothing is recorded on the Namespace.
+    type: bool
+    default: false
+    version_added: 1.1.0
 requirements:
   - kubernetes >= 24.2.0 (Python)
   - cryptography >= 40 (Python)
 notes:
-  - Needs RBAC C(get) and C(patch) on C(secrets) in O(namespace).
+  - Needs RBAC C(get) and C(patch) on C(secrets) in O(namespace), and (unless O(trusted_ca_sha256) or
+    O(trust_existing_ca)) C(get) and C(patch) on the Namespace O(namespace) itself.
 """
 
 EXAMPLES = r"""
@@ -107,8 +140,13 @@ ca_bundle:
   description: PEM of the CA that signed the serving certificate (public; for an C(APIService)'s C(caBundle), base64-encoded).
   returned: success
   type: str
+ca_sha256:
+  description: SHA-256 fingerprint of the CA certificate in place (DER, lower-case hex), as recorded on the Namespace.
+  returned: success
+  type: str
+  version_added: 1.1.0
 reason:
-  description: Why a new CA and certificate were made, or C(kept).
+  description: Why a new CA and certificate were made (for a CA the module did not make, says so), or C(kept).
   returned: always
   type: str
   sample: "DNS names ['a.b.svc'] are not ['prometheus-adapter.gpu-monitoring.svc']"
@@ -151,15 +189,19 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._serving_cert import (
     HAS_CRYPTOGRAPHY,
     KEYS,
+    ca_fingerprint,
+    ca_trust_problem,
     describe,
     issue,
     problems,
+    record_patch,
+    recorded_fingerprints,
 )
 
 
-def _read_secret(api, namespace: str, name: str) -> dict | None:
+def _read(api, path: str) -> dict | None:
     try:
-        return api.request("get", f"/api/v1/namespaces/{namespace}/secrets/{name}", serializer=raw_json)
+        return api.request("get", path, serializer=raw_json)
     except Exception as exc:  # the dynamic client raises NotFoundError (status 404)
         if getattr(exc, "status", None) == 404:
             return None
@@ -210,6 +252,8 @@ def main() -> None:
         labels=dict(type="dict", default={}),
         field_manager=dict(type="str", default="k8sgpu.nvidia"),
         write_dir=dict(type="path"),
+        trusted_ca_sha256=dict(type="list", elements="str", default=[], no_log=False),
+        trust_existing_ca=dict(type="bool", default=False),
     )
     module = k8s_module(argument_spec, supports_check_mode=True)
     p = module.params
@@ -225,12 +269,24 @@ def main() -> None:
         module.fail_json(msg=f"write_dir {p['write_dir']} is not a directory on {os.uname().nodename}: create it first")
     api = dynamic_client(module)
     where = f"Secret {p['namespace']}/{p['name']}"
+    pins, trust_existing = p["trusted_ca_sha256"], p["trust_existing_ca"]
+    record = not pins and not trust_existing
+    ns_path = f"/api/v1/namespaces/{p['namespace']}"
     try:
-        secret = _read_secret(api, p["namespace"], p["name"])
+        secret = _read(api, f"{ns_path}/secrets/{p['name']}")
+        namespace = _read(api, ns_path) if record else None
     except Exception as exc:
-        module.fail_json(msg=f"Could not read {where}: {api_error_message(exc)}")
+        module.fail_json(msg=f"Could not read {where} (or its Namespace): {api_error_message(exc)}")
     current = _decode(secret)
     why = problems(current, p["dns_names"], p["renew_before_days"])
+    if secret is not None and not why:
+        distrust = ca_trust_problem(current, recorded_fingerprints(namespace).get(p["name"]), pins, trust_existing)
+        if distrust:
+            why = [distrust]
+    if why and pins:
+        module.fail_json(msg=f"{where}: " + "; ".join(why) + ". With trusted_ca_sha256 the module makes no CA: put a "
+                         "pair signed by a pinned CA in the Secret (or fix the pin). Nothing was changed.",
+                         ca_sha256=ca_fingerprint(current.get("ca.crt", "")))
     labels_differ = any(((secret or {}).get("metadata") or {}).get("labels", {}).get(k) != v
                         for k, v in p["labels"].items())
     pem = issue(p["dns_names"], p["validity_days"]) if why else current
@@ -250,6 +306,15 @@ def main() -> None:
                         force_conflicts=True, serializer=raw_json)
         except Exception as exc:
             module.fail_json(msg=f"Could not write {where}: {api_error_message(exc)}")
+    if why and record and not module.check_mode:
+        # After the Secret: a failure between the two leaves a CA without its record, which the next run replaces.
+        try:
+            api.request("patch", ns_path, body=record_patch(namespace, p["name"], ca_fingerprint(pem["ca.crt"])),
+                        content_type="application/merge-patch+json",
+                        field_manager=f"{p['field_manager']}/serving-cert", serializer=raw_json)
+        except Exception as exc:
+            module.fail_json(msg=f"Wrote {where}, but could not record its CA on Namespace {p['namespace']}: "
+                                 f"{api_error_message(exc)}. The next run makes a new CA again.")
     files = []
     if p["write_dir"]:
         for key, mode in (("ca.crt", 0o644), ("tls.crt", 0o644), ("tls.key", 0o600)):
@@ -260,6 +325,7 @@ def main() -> None:
                 module.fail_json(msg=f"Could not write {path}: {to_native(exc)}")
             files.append(path)
     result = dict(changed=changed, ca_bundle=pem["ca.crt"], certificate=describe(pem),
+                  ca_sha256=ca_fingerprint(pem["ca.crt"]),
                   reason=f"{where}: " + "; ".join(why) if why else "kept")
     if p["write_dir"]:
         result["files"] = files
