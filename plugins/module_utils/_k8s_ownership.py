@@ -29,11 +29,11 @@ def foreign_owner(obj: Any, field_manager: str = FIELD_MANAGER, take_over_manage
     - its label app.kubernetes.io/managed-by names someone else (Helm, another tool);
     - it carries Helm's release annotation (meta.helm.sh/release-name);
     - field_manager has never written its main resource (no managedFields entry without a subresource) and another
-      manager has - the object was created by someone else (Helm 3's ``helm``, ``kubectl-client-side-apply``,
-      ``kubectl-create``, another server-side applier);
-    - another manager applied it server-side (an ``Apply`` entry on the main resource) besides field_manager.
-    Controllers writing a status subresource, or updating (``Update``) an object field_manager applied (the
-    Deployment controller's revision annotation), do not count. The managers in take_over_managers count as
+      manager has - the object was created by someone else (Helm's ``helm``, ``kubectl-client-side-apply``,
+      ``kubectl-create``, another server-side applier).
+    Once field_manager has applied an object (it made it, or took it over when asked), other managers' fields on it
+    (controllers writing a status subresource or an annotation, a co-applier's fields) do not make it foreign; the
+    label and Helm's annotation still do, as long as they are there. The managers in take_over_managers count as
     field_manager (the collection's own earlier writers, such as the device_plugin role's merge patches before
     1.0.0, whose client the API server calls ``OpenAPI-Generator``).
     """
@@ -57,9 +57,6 @@ def foreign_owner(obj: Any, field_manager: str = FIELD_MANAGER, take_over_manage
     if not ours and others:
         names = sorted({str(e.get("manager")) for e in others})
         return f"it was created by another field manager ({', '.join(names)}), never applied by {field_manager}"
-    applied = sorted({str(e.get("manager")) for e in others if e.get("operation") == "Apply"})
-    if applied:
-        return f"another field manager applies it too ({', '.join(applied)})"
     return None
 
 

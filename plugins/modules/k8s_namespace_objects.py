@@ -20,8 +20,8 @@ description:
     removes a namespace it created, which took 12-15 s per removal with a loop and takes one call with this module.
   - With O(objects) instead (since 1.1.0), reads those objects by name (in one call) and returns in RV(foreign) each
     that exists and belongs to another manager - its label C(app.kubernetes.io/managed-by) names someone else, it
-    carries Helm's annotation C(meta.helm.sh/release-name), it was created by another field manager and never
-    applied by O(field_manager), or another field manager applies it server-side too. With O(fail_on_foreign), the
+    carries Helm's annotation C(meta.helm.sh/release-name), or it was created by another field manager and never
+    applied by O(field_manager). With O(fail_on_foreign), the
     task then fails naming each and what to do. The private role C(_k8s) calls it before it applies (server-side,
     conflicts forced) or deletes objects, so that it takes over or deletes another manager's object only when asked.
 author:
