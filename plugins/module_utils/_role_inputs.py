@@ -876,7 +876,10 @@ SYNTAX_BY_SUFFIX = {
     "_taint_key": "taint_key",
     "_taint_value": "label_value",
     "_untaint_keys": "label_keys",
-    "_untaint_nodes": "subdomains",
+    "_nodes": "subdomains",
+    "_instance_families": "label_values",
+    "_capacity_types": "label_values",
+    "_architectures": "label_values",
     "_service": "service_name",
     "_service_account": "namespaced_name",
     "_helm_release": "helm_release",
@@ -907,6 +910,7 @@ SYNTAX_BY_NAME = {
     "karpenter_crds_path": "local_path",
     "_k8s_file_path": "local_path",
     "_k8s_name": "subdomain",
+    "node_maintenance_resource": "label_key",
     "_k8s_crd": "subdomain",
 }
 
@@ -916,6 +920,8 @@ FREE_TEXT = {
     "container_toolkit_repo_key": "the armoured key itself (checked by the role against its pin)",
     "container_toolkit_runtime_name": "a runtime name in the container runtime's configuration (a choice list)",
     "container_toolkit_cdi_spec": "auto, or what the toolkit's CDI generation takes",
+    "gpu_autoscaling_target_value": "a Kubernetes quantity (rule gpu_target; rendered with to_json)",
+    "karpenter_gpu_node_class": "more fields of the EC2NodeClass's spec, a mapping (rendered with to_json)",
 }
 # The kubeconfig file and context are read by the Kubernetes client on the controller, never rendered; inventory
 # group names are not Kubernetes names.

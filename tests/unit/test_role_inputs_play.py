@@ -127,3 +127,20 @@ def test_key_value_extra_vars_strings_for_numbers_and_booleans_pass(tmp_path):
     rc, out = play(tmp_path, [role("driver")], check=True,
                    args=["-e", "driver_reboot_timeout=600", "-e", "driver_hold=false", "-e", "driver_branch=550"])
     assert rc == 0 and "WARNING" not in out, out
+
+
+def test_misspelt_shared_variable_warns_once_for_two_roles_and_the_run_goes_on(tmp_path):
+    rc, out = play(tmp_path, [role("driver"), role("verify")],
+                   {"k8sgpu_kubconfig": "/tmp/kubeconfig", "driver_branch": "550"}, check=True)
+    assert rc == 0, out
+    warning = ("[WARNING]: variable k8sgpu_kubconfig is not a variable of the k8sgpu.nvidia collection, so it has no "
+               "effect; did you mean k8sgpu_kubeconfig?")
+    assert out.count(warning) == 1, out
+
+
+def test_injected_namespace_fails_at_the_first_task_before_anything_is_rendered(tmp_path):
+    rc, out = play(tmp_path, [role("cluster_autoscaler")],
+                   {"cluster_autoscaler_namespace": "kube-system\n---\nkind: ClusterRoleBinding"})
+    assert rc == 2, out
+    assert "cluster_autoscaler_namespace is 'kube-system\\n---\\nkind: ClusterRoleBinding'; a namespace name" in out
+    assert "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?'" in out
