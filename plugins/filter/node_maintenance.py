@@ -8,7 +8,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_drain import MaintenanceError, parse_max_unavailable
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_drain import MaintenanceError, limit_of, parse_max_unavailable
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import expression_matches
 
 _MIRROR = "kubernetes.io/config.mirror"
@@ -151,6 +151,56 @@ def maintenance_settings(settings: Any) -> list[str]:
     return problems
 
 
+def _host_count(hosts: Any, what: str) -> int:
+    if isinstance(hosts, bool) or not isinstance(hosts, (int, str)) or not str(hosts).strip().isdigit():
+        raise AnsibleFilterError(f"{what}: hosts must be a count of hosts (0 or more), got {hosts!r}")
+    return int(hosts)
+
+
+def maintenance_throttle(max_unavailable: Any, hosts: Any) -> int:
+    """How many hosts of a play may be disrupted (rebooted, a container runtime restarted) at once: the count
+    ``max_unavailable`` (k8sgpu_max_unavailable) allows of ``hosts`` (the play's host count), a percentage rounded
+    down, at least 1; for a task's ``throttle``.
+    """
+    count = _host_count(hosts, "maintenance_throttle")
+    try:
+        return limit_of(max_unavailable, count)
+    except MaintenanceError:
+        raise AnsibleFilterError(f"k8sgpu_max_unavailable is {max_unavailable}: it must be a number of GPU hosts "
+                                 "(1 or more) or a percentage (1% to 100%), as 1 or '25%'") from None
+
+
+def _batch(serial: Any, hosts: int) -> int:
+    """The largest batch ``serial`` makes of ``hosts`` hosts, as ansible-core's serial does (pct_to_int)."""
+    number, percent = parse_max_unavailable(serial)
+    return min(hosts, max(1, hosts * number // 100) if percent else number)
+
+
+def maintenance_batch(serial: Any, max_unavailable: Any, hosts: Any, reason: str = "",
+                      serial_name: str = "k8sgpu_serial", limit_name: str = "k8sgpu_max_unavailable") -> list[str]:
+    """What is wrong with a batch size that would disrupt more hosts at once than the fleet's limit ([] if nothing).
+
+    In a play of ``hosts`` hosts that may reboot them or restart their container runtimes (``reason`` says why: the
+    drain, a reboot asked for), a whole batch of ``serial`` hosts can be out of service at once; it must not be larger
+    than what ``max_unavailable`` allows of them. A percentage rounds down, at least 1, for both (ansible-core's serial,
+    the collection's limit). Bad values are maintenance_settings' to report, not this filter's.
+    """
+    count = _host_count(hosts, "maintenance_batch")
+    if count == 0:
+        return []
+    try:
+        batch, limit = _batch(serial, count), limit_of(max_unavailable, count)
+    except MaintenanceError:
+        return []
+    if batch <= limit:
+        return []
+    why = f" ({reason})" if reason else ""
+    return [f"{serial_name} is {serial} and {limit_name} is {max_unavailable}: of the {count} GPU host(s) of this run "
+            f"a batch of {batch} could be rebooted or have its container runtimes restarted at once{why}, where "
+            f"{limit_name} allows {limit}. Set {serial_name} to at most {max_unavailable}, or raise {limit_name} to "
+            f"{serial} if that many GPU hosts may be out of service at once"]
+
+
 def maintenance_health(facts: Any, verify_host: Any, host_gpus_before: Any) -> list[str]:
     """What keeps a host from going back into service after its maintenance window ([] when nothing does).
 
@@ -191,4 +241,5 @@ def maintenance_health(facts: Any, verify_host: Any, host_gpus_before: Any) -> l
 class FilterModule:
     def filters(self) -> dict:
         return {"drain_blockers": drain_blockers, "maintenance_plan": maintenance_plan, "step_times": step_times,
-                "maintenance_settings": maintenance_settings, "maintenance_health": maintenance_health}
+                "maintenance_settings": maintenance_settings, "maintenance_health": maintenance_health,
+                "maintenance_throttle": maintenance_throttle, "maintenance_batch": maintenance_batch}

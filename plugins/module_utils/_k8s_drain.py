@@ -215,7 +215,7 @@ def fleet_check(name: str, nodes: dict, selected: set, resource: str, max_unavai
 class DrainReport:
     evicted: list = field(default_factory=list)
     deleted: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)
+    left: list = field(default_factory=list)  # left on the Node by design (DaemonSet, mirror pods)
     blocked: dict = field(default_factory=dict)
     waited: float = 0.0
 
@@ -326,7 +326,7 @@ class NodeMaintenance:
               grace_period: int | None = None, poll: float = 0.5) -> DrainReport:
         """Evict (or delete, for finished pods) every pod to move, retrying refused evictions every retry_delay
         seconds until timeout, and wait until each is gone. Raises MaintenanceError naming each pod left and why."""
-        report = DrainReport(skipped=[f"{a.name} ({a.reason})" for a in actions if a.action == "skip"])
+        report = DrainReport(left=[f"{a.name} ({a.reason})" for a in actions if a.action == "skip"])
         refused = {a.name: a.reason for a in actions if a.action == "refuse"}
         if refused:
             raise MaintenanceError("cannot drain: " + "; ".join(f"{n} ({why})" for n, why in sorted(refused.items())))

@@ -195,11 +195,17 @@ deleted:
   returned: state is drain
   type: list
   elements: str
-skipped:
-  description: Pods left on the Node, with why (C(DaemonSet), C(mirror pod)).
+left_pods:
+  description:
+    - Pods the drain leaves on the Node by design, as C(namespace/name (why)) (C(DaemonSet), C(mirror pod)), as
+      C(kubectl drain --ignore-daemonsets) leaves them.
+    - Named C(skipped) before 1.1.0; renamed because Ansible reads a result's C(skipped) as the task's status (a drain
+      that evicted a pod and left a DaemonSet pod was shown as C(skipping:) and passed C(is skipped)).
   returned: state is drain
   type: list
   elements: str
+  sample: [kube-system/nvidia-device-plugin-daemonset-x7k2p (DaemonSet)]
+  version_added: 1.1.0
 waited:
   description: Seconds the drain or the wait took.
   returned: state is drain or wait
@@ -273,7 +279,7 @@ def _run(module, nm: NodeMaintenance) -> dict:
     if p["state"] == "drain":
         actions = nm.plan(p["delete_emptydir_data"], p["force"])
         report = nm.drain(actions, p["timeout"], p["retry_delay"], p["grace_period"])
-        result.update(evicted=sorted(report.evicted), deleted=sorted(report.deleted), skipped=sorted(report.skipped),
+        result.update(evicted=sorted(report.evicted), deleted=sorted(report.deleted), left_pods=sorted(report.left),
                       waited=report.waited)
         result["changed"] = result["changed"] or bool(report.evicted or report.deleted)
     return result

@@ -185,7 +185,7 @@ class TestDrain:
         nm.daemonset_exists = lambda ns, n: True
         report = nm.drain(nm.plan(False, False), timeout=30, retry_delay=5)
         assert report.evicted == ["default/web"] and report.deleted == ["default/done"]
-        assert report.skipped == ["default/ds (DaemonSet)"]
+        assert report.left == ["default/ds (DaemonSet)"]
         assert list(api.pods) == ["ds"]
 
     def test_refused_pods_named_before_any_eviction(self):
