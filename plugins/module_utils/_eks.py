@@ -204,6 +204,48 @@ def immutable_changes(live: Mapping, want: Mapping) -> list[tuple[str, str, obje
     return out
 
 
+def launch_template(opt: Mapping | None, disk_size: int | None = None) -> dict | None:
+    """CreateNodegroup's launchTemplate ({id or name, version}) from the task's launch_template option.
+
+    EKS refuses diskSize with a launch template (the root volume is the template's block device mapping), so
+    disk_size given with it fails here, before any request. The version is a version number (EKS records the
+    number, so a number is what a second run can compare); unset, EKS uses the template's default version and the
+    version is not compared."""
+    if not opt:
+        return None
+    ref = {k: str(opt[k]) for k in ("id", "name") if opt.get(k) not in (None, "")}
+    if len(ref) != 1:
+        raise PlanError("launch_template: give its id or its name (one of them)")
+    version = opt.get("version")
+    if version not in (None, ""):
+        version = str(version)
+        if not version.isdigit() or int(version) < 1:
+            raise PlanError(f"launch_template: version {version!r} is not a launch template version number (1, 2, "
+                            "...); give the number (amazon.aws.ec2_launch_template returns it as latest_version)")
+        ref["version"] = version
+    if disk_size is not None:
+        raise PlanError("disk_size cannot be given with launch_template (EKS refuses diskSize with a launch "
+                        "template): set the root volume's size in the launch template's block device mappings")
+    return ref
+
+
+def launch_template_plan(live: Mapping, want: Mapping | None) -> tuple[list[tuple[str, str, object, object]], dict]:
+    """(immutable changes, UpdateNodegroupVersion's launchTemplate or {}) for the task's launch template.
+
+    A nodegroup's launch template cannot be added, removed or replaced by another in place (EKS); its version can
+    change with UpdateNodegroupVersion. want is launch_template()'s result (None: not compared)."""
+    if want is None:
+        return [], {}
+    live_lt = live.get("launchTemplate") or {}
+    key = "id" if "id" in want else "name"
+    if not live_lt or live_lt.get(key) != want[key]:
+        shown = {k: v for k, v in live_lt.items() if k in ("id", "name", "version")} or None
+        return [("launch_template", "launchTemplate", shown, dict(want))], {}
+    if "version" in want and str(live_lt.get("version")) != want["version"]:
+        return [], {key: want[key], "version": want["version"]}
+    return [], {}
+
+
 def immutable_message(cluster: str, name: str, changes: list[tuple[str, str, object, object]]) -> str:
     """The failure message for immutable_changes' result."""
     parts = [f"{option} (EKS field {field}) is {old!r}, the task asks for {new!r}" for option, field, old, new in changes]

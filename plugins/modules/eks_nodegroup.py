@@ -17,7 +17,7 @@ description:
     (C(addOrUpdateLabels)/C(removeLabels), C(addOrUpdateTaints)/C(removeTaints)), together with C(scalingConfig) and
     C(updateConfig) when they differ. An option left unset is not compared.
   - Fields EKS cannot change in place (O(ami_type), O(capacity_type), O(instance_types), O(subnets), O(node_role),
-    O(disk_size)) fail the task, naming the field, the live value and the asked one; nothing is sent.
+    O(disk_size), the launch template of O(launch_template) other than its version) fail the task, naming the field, the live value and the asked one; nothing is sent.
   - Enum values (O(ami_type), O(capacity_type), the taints' C(effect)) are checked against botocore's EKS service
     model (shapes C(AMITypes), C(CapacityTypes), C(TaintEffect)) before any request, so a value EKS does not know
     fails before anything is created.
@@ -106,6 +106,30 @@ options:
       - AMI release version (CreateNodegroup C(releaseVersion); on an existing nodegroup UpdateNodegroupVersion
         C(releaseVersion), sent after the configuration update). Unset - the latest on create, not compared.
     type: str
+  launch_template:
+    description:
+      - The EC2 launch template of the nodes (CreateNodegroup C(launchTemplate)), for example one whose user data
+        isolates GPUs (the C(k8sgpu.nvidia.eks_gpu_user_data) filter, as C(playbooks/eks.yml) does). EKS refuses
+        some fields in it that the nodegroup sets - an C(ImageId) with O(ami_type), C(InstanceType) with
+        O(instance_types) - and O(disk_size) with any launch template (refused here before any request; give the
+        root volume in the template's block device mappings).
+      - The template cannot be added, removed or replaced by another in place (the task fails naming the live one);
+        a different O(launch_template.version) is sent with C(UpdateNodegroupVersion) C(launchTemplate) (with
+        O(release_version) when that changes too). Unset - not compared.
+    type: dict
+    version_added: 1.1.0
+    suboptions:
+      id:
+        description: The template's ID (C(lt-...)). Give O(launch_template.id) or O(launch_template.name).
+        type: str
+      name:
+        description: The template's name.
+        type: str
+      version:
+        description:
+          - The version number (M(amazon.aws.ec2_launch_template) returns it as C(latest_version)). Unset - the
+            template's default version on create, not compared.
+        type: str
   force_update_version:
     description: UpdateNodegroupVersion C(force) - update even when pods cannot be drained (disruption budgets).
     type: bool
@@ -207,10 +231,12 @@ options:
 notes:
   - IAM permissions - C(eks:DescribeNodegroup), C(eks:CreateNodegroup), C(eks:UpdateNodegroupConfig),
     C(eks:UpdateNodegroupVersion), C(eks:DescribeUpdate), C(eks:TagResource), C(eks:UntagResource),
-    C(eks:DeleteNodegroup), C(iam:PassRole) on O(node_role); for the tags C(autoscaling:DescribeAutoScalingGroups),
+    C(eks:DeleteNodegroup), C(iam:PassRole) on O(node_role); with O(launch_template),
+    C(ec2:DescribeLaunchTemplateVersions), C(ec2:RunInstances) and C(ec2:CreateTags) on the template; for the tags C(autoscaling:DescribeAutoScalingGroups),
     C(autoscaling:CreateOrUpdateTags), C(autoscaling:DeleteTags), and C(ec2:DescribeInstanceTypes) unless
     O(gpu_count) is set and the nodegroup exists (it is always read before a create that gives O(instance_types)).
-  - Launch templates, remote access and node repair are not managed.
+  - Remote access and node repair are not managed. A launch template is referred to (O(launch_template)), not
+    made - M(amazon.aws.ec2_launch_template) makes it.
   - Tested against moto's HTTP server, not against EKS; see the collection's README for what that proves.
 """
 
@@ -237,6 +263,29 @@ EXAMPLES = r"""
     accelerator: nvidia-tesla-t4
     tags:
       team: ml
+
+- name: A launch template whose user data isolates GPUs (only pods the device plugin allocated GPUs to get them)
+  amazon.aws.ec2_launch_template:
+    name: train-gpu-t4
+    region: eu-west-1
+    user_data: "{{ 'AL2023_x86_64_NVIDIA' | k8sgpu.nvidia.eks_gpu_user_data | b64encode }}"
+  register: gpu_template
+
+- name: The nodegroup's nodes start from it
+  k8sgpu.nvidia.eks_nodegroup:
+    cluster_name: train
+    name: gpu-t4
+    region: eu-west-1
+    node_role: arn:aws:iam::123456789012:role/eks-nodes
+    subnets: [subnet-0a1b2c3d, subnet-4e5f6a7b]
+    ami_type: AL2023_x86_64_NVIDIA
+    instance_types: [g4dn.xlarge]
+    launch_template:
+      id: "{{ gpu_template.template.launch_template_id }}"
+      version: "{{ gpu_template.latest_version }}"
+    scaling:
+      min_size: 0
+      max_size: 4
 
 - name: Delete it
   k8sgpu.nvidia.eks_nodegroup:
@@ -303,7 +352,7 @@ except ImportError:  # aws_module() fails first, naming boto3
     WaiterError = Exception
 
 COMPARED = ("amiType", "capacityType", "instanceTypes", "subnets", "nodeRole", "diskSize", "releaseVersion",
-            "scalingConfig", "updateConfig", "labels", "taints", "tags")
+            "launchTemplate", "scalingConfig", "updateConfig", "labels", "taints", "tags")
 
 
 def compared(ng: dict | None) -> dict:
@@ -338,6 +387,7 @@ class Nodegroup(EksRun):
             want["labels"] = eks.desired_labels(self.p["labels"], self.p["accelerator"])
             want["scaling"] = eks.scaling_config(self.p["scaling"])
             want["update_config"] = eks.update_config(self.p["update_config"])
+            want["launch_template"] = eks.launch_template(self.p["launch_template"], self.p["disk_size"])
         except eks.PlanError as e:
             self.fail(f"{self.ident}: {e}")
         if self.p["gpu_count"] is not None and self.p["gpu_count"] < 0:
@@ -380,7 +430,8 @@ class Nodegroup(EksRun):
         optional = {"amiType": self.p["ami_type"], "capacityType": self.p["capacity_type"],
                     "instanceTypes": self.p["instance_types"], "diskSize": self.p["disk_size"],
                     "releaseVersion": self.p["release_version"], "labels": want["labels"],
-                    "taints": want["taints"], "tags": self.p["tags"], "updateConfig": want["update_config"] or None}
+                    "taints": want["taints"], "tags": self.p["tags"], "updateConfig": want["update_config"] or None,
+                    "launchTemplate": want["launch_template"]}
         req.update({k: v for k, v in optional.items() if v is not None})
         scaling = dict(want["scaling"])
         if "desiredSize" not in scaling and "minSize" in scaling:
@@ -401,6 +452,8 @@ class Nodegroup(EksRun):
         if ng.get("status") == "DELETING":
             self.fail(f"{self.ident} is being deleted; run again when it is gone")
         changes = eks.immutable_changes(ng, {o: self.p[o] for o in eks.IMMUTABLE})
+        lt_changes, lt_version = eks.launch_template_plan(ng, want["launch_template"])
+        changes += lt_changes
         if changes:
             self.fail(eks.immutable_message(self.p["cluster_name"], self.p["name"], changes),
                       nodegroup=plain(ng))
@@ -434,10 +487,14 @@ class Nodegroup(EksRun):
             if add:
                 self.write("TagResource", self.eks.tag_resource, resourceArn=ng["nodegroupArn"], tags=add)
 
+        version = {}
         if self.p["release_version"] and self.p["release_version"] != ng.get("releaseVersion"):
+            version["releaseVersion"] = self.p["release_version"]
+        if lt_version:
+            version["launchTemplate"] = lt_version
+        if version:
             self.started(self.write("UpdateNodegroupVersion", self.eks.update_nodegroup_version, **self.key,
-                                    releaseVersion=self.p["release_version"],
-                                    force=self.p["force_update_version"]))
+                                    **version, force=self.p["force_update_version"]))
         if self.requests and not self.module.check_mode:
             if self.p["wait"]:
                 self.wait_for("nodegroup_active")
@@ -468,7 +525,10 @@ class Nodegroup(EksRun):
             elif r["operation"] == "UntagResource":
                 after["tags"] = {k: v for k, v in after.get("tags", {}).items() if k not in prm["tagKeys"]}
             elif r["operation"] == "UpdateNodegroupVersion":
-                after["releaseVersion"] = prm["releaseVersion"]
+                if "releaseVersion" in prm:
+                    after["releaseVersion"] = prm["releaseVersion"]
+                if "launchTemplate" in prm:
+                    after["launchTemplate"] = {**after.get("launchTemplate", {}), **prm["launchTemplate"]}
         return after
 
     # ---- cluster-autoscaler node-template tags ----
@@ -628,6 +688,11 @@ def main():
             "disk_size": {"type": "int"},
             "release_version": {"type": "str"},
             "force_update_version": {"type": "bool", "default": False},
+            "launch_template": {"type": "dict", "options": {
+                "id": {"type": "str"},
+                "name": {"type": "str"},
+                "version": {"type": "str"},
+            }, "mutually_exclusive": [["id", "name"]], "required_one_of": [["id", "name"]]},
             "scaling": {"type": "dict", "options": {
                 "min_size": {"type": "int"},
                 "max_size": {"type": "int"},

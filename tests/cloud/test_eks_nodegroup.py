@@ -11,11 +11,18 @@ that the cluster-autoscaler reads the tags as intended.
 """
 from __future__ import annotations
 
+import base64
 import logging
 import shutil
 import subprocess
+import sys
 
 import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._eks_user_data import gpu_user_data  # noqa: E402  # pylint: disable=wrong-import-position
 
 P = "k8s.io/cluster-autoscaler/node-template/"
 MARKER = "k8sgpu.nvidia/managed-template-tags"
@@ -295,3 +302,53 @@ def test_unknown_region_named_with_the_fix(run, cluster, gpu_pool):
     assert r.get("failed") and "region 'eu-west-9'" in r["msg"] and "EKS" in r["msg"]
     assert "aws ec2 describe-regions" in r["msg"] and "pip install -U boto3 botocore" in r["msg"]
     assert "endpoint_url" in r["msg"] and "eu-west-1" in r["msg"]
+
+
+# ---- launch_template (issue 34 item 7: the template whose user data isolates GPUs) ----
+def gpu_template(aws, name: str) -> tuple[str, str]:
+    """A launch template with the collection's isolating user data, as playbooks/eks.yml makes it: (id, text)."""
+    text = gpu_user_data("AL2023_x86_64_NVIDIA")
+    lt = aws["ec2"].create_launch_template(LaunchTemplateName=name, LaunchTemplateData={
+        "UserData": base64.b64encode(text.encode()).decode()})["LaunchTemplate"]
+    return lt["LaunchTemplateId"], text
+
+
+def test_launch_template_reaches_create_nodegroup_and_a_second_run_sends_nothing(run, aws, cluster, gpu_pool):
+    lt_id, _text = gpu_template(aws, f"{cluster}-gpu")
+    pool = {**gpu_pool, "launch_template": {"name": f"{cluster}-gpu", "version": "1"}}
+    r = ok(run({"cluster_name": cluster, **pool}))
+    create = r["requests"][0]
+    assert create["operation"] == "CreateNodegroup"
+    assert create["params"]["launchTemplate"] == {"name": f"{cluster}-gpu", "version": "1"}
+    assert "diskSize" not in create["params"]
+    live = describe(aws, cluster)["launchTemplate"]
+    assert live["name"] == f"{cluster}-gpu" and live["id"] == lt_id and str(live["version"]) == "1"
+    again = ok(run({"cluster_name": cluster, **pool}))
+    assert not again["changed"] and again["requests"] == []
+    # By ID: the same template.
+    same = ok(run({"cluster_name": cluster, **gpu_pool, "launch_template": {"id": lt_id, "version": "1"}}))
+    assert not same["changed"]
+
+
+def test_launch_template_version_is_an_update_and_another_template_fails(run, aws, cluster, gpu_pool):
+    gpu_template(aws, f"{cluster}-gpu")
+    ok(run({"cluster_name": cluster, **gpu_pool, "launch_template": {"name": f"{cluster}-gpu", "version": "1"}}))
+    before = describe(aws, cluster)
+    # moto 5.2.5 has no UpdateNodegroupVersion: check mode shows the request without sending it.
+    r = ok(run({"cluster_name": cluster, **gpu_pool, "launch_template": {"name": f"{cluster}-gpu", "version": "2"}},
+               check=True, diff=True))
+    assert r["requests"] == [{"operation": "UpdateNodegroupVersion", "params": {
+        "clusterName": cluster, "nodegroupName": "gpu-t4", "launchTemplate": {"name": f"{cluster}-gpu", "version": "2"},
+        "force": False}}]
+    assert r["diff"]["after"]["launchTemplate"]["version"] == "2"
+    r = run({"cluster_name": cluster, **gpu_pool, "launch_template": {"name": "another", "version": "1"}})
+    assert r.get("failed") and r["requests"] == []
+    assert "launch_template (EKS field launchTemplate) is {" in r["msg"] and "'name': 'another'" in r["msg"]
+    assert describe(aws, cluster) == before
+
+
+def test_disk_size_with_a_launch_template_is_refused_before_any_request(run, aws, cluster, gpu_pool):
+    r = run({"cluster_name": cluster, **gpu_pool, "disk_size": 100,
+             "launch_template": {"name": "x", "version": "1"}})
+    assert r.get("failed") and "disk_size cannot be given with launch_template" in r["msg"]
+    assert not exists(aws, cluster)

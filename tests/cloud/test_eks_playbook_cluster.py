@@ -1,7 +1,8 @@
 """playbooks/eks.yml from an empty moto account: with k8sgpu_eks_cluster_state present it makes the two IAM roles
-(amazon.aws.iam_role), the cluster (eks_cluster) and the GPU nodegroup with its Auto Scaling group's node-template
-tags; a second run changes nothing; the teardown removes the nodegroup, then the cluster, then the roles, and
-without k8sgpu_eks_cluster_state only the nodegroup.
+(amazon.aws.iam_role), the cluster (eks_cluster), the launch template whose user data isolates GPUs (issue 34 item 7)
+and the GPU nodegroup started from it, with its Auto Scaling group's node-template tags; a second run changes
+nothing; the teardown removes the nodegroup and its launch template, then the cluster, then the roles, and without
+k8sgpu_eks_cluster_state only the nodegroup and its launch template.
 
 The Kubernetes half (device plugin, scale-from-zero check) is off here: moto's cluster has no API server; the lab
 test (tests/lab/test_eks_playbook.py) runs it against the lab's. What this does not prove: that EKS and IAM accept
@@ -9,6 +10,7 @@ these requests (moto checks little), EKS's waits, nor that nodes with this role 
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -19,6 +21,9 @@ import uuid
 import pytest
 
 from conftest import REGION, ROOT
+
+sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._eks_user_data import gpu_user_data  # noqa: E402  # pylint: disable=wrong-import-position
 
 P = "k8s.io/cluster-autoscaler/node-template/"
 POLICY = "arn:aws:iam::aws:policy/"
@@ -70,6 +75,11 @@ def play(endpoint: str, extra: dict, *args: str) -> tuple[int, str, dict]:
     return proc.returncode, out, stats
 
 
+def templates(aws, name: str) -> list[dict]:
+    return aws["ec2"].describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [name]}])[
+        "LaunchTemplates"]
+
+
 def roles(aws) -> set[str]:
     return {r["RoleName"] for r in aws["iam"].list_roles()["Roles"]}
 
@@ -84,17 +94,20 @@ def test_eks_playbook_from_no_cluster_and_back(endpoint, aws, network, asg_with_
     extra = {"k8sgpu_eks_cluster_name": name, "k8sgpu_eks_cluster_state": "present",
              "k8sgpu_eks_cluster": {"subnets": network["subnets"], "version": "1.33", "logging": ["api", "audit"],
                                     "tags": {"team": "ml"}},
-             "k8sgpu_eks_nodegroup": {"name": "gpu", "instance_types": ["g5.xlarge"],
+             "k8sgpu_eks_nodegroup": {"name": "gpu", "instance_types": ["g5.xlarge"], "disk_size": 120,
                                       "scaling": {"min_size": 0, "max_size": 2}}}
     cluster_role, node_role = f"{name}-eks-cluster", f"{name}-eks-nodes"
 
-    # Check mode: the roles, the cluster and the nodegroup are planned, nothing is made.
+    template = f"{name}-gpu-gpu-isolation"
+
+    # Check mode: the roles, the cluster, the launch template and the nodegroup are planned, nothing is made.
     rc, out, stats = play(endpoint, extra, "--check")
-    assert rc == 0 and stats["changed"] == 4, out[-5000:]
+    assert rc == 0 and stats["changed"] == 5, out[-5000:]
     assert name not in aws["eks"].list_clusters()["clusters"] and not {cluster_role, node_role} & roles(aws)
+    assert not templates(aws, template)
 
     rc, out, stats = play(endpoint, extra)
-    assert rc == 0 and stats["changed"] == 4, out[-5000:]
+    assert rc == 0 and stats["changed"] == 5, out[-5000:]
     assert attached(aws, cluster_role) == {POLICY + "AmazonEKSClusterPolicy"}
     node_policies = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
     assert attached(aws, node_role) == {POLICY + p for p in node_policies}
@@ -112,14 +125,28 @@ def test_eks_playbook_from_no_cluster_and_back(endpoint, aws, network, asg_with_
         AutoScalingGroupNames=[asg])["AutoScalingGroups"][0]["Tags"]}
     assert tags[P + "resources/nvidia.com/gpu"] == "1"
     assert tags[P + "label/k8s.amazonaws.com/accelerator"] == "nvidia-a10g"  # derived from g5.xlarge's A10G
+    # GPU isolation: the nodes start from the launch template whose user data sets the toolkit (the filter's text);
+    # the nodegroup's disk_size is the template's root volume (EKS refuses diskSize with a launch template).
+    lt = templates(aws, template)
+    assert len(lt) == 1 and ng["launchTemplate"]["id"] == lt[0]["LaunchTemplateId"]
+    assert ng["launchTemplate"]["name"] == template and str(ng["launchTemplate"]["version"]) == "1"
+    data = aws["ec2"].describe_launch_template_versions(LaunchTemplateName=template)["LaunchTemplateVersions"]
+    assert len(data) == 1
+    user_data = base64.b64decode(data[0]["LaunchTemplateData"]["UserData"]).decode()
+    assert user_data == gpu_user_data("AL2023_x86_64_NVIDIA")
+    assert "--set=accept-nvidia-visible-devices-envvar-when-unprivileged=false" in user_data
+    assert data[0]["LaunchTemplateData"]["BlockDeviceMappings"] == [
+        {"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 120, "VolumeType": "gp3"}}]
+    assert "diskSize" not in ng or ng["diskSize"] != 120  # not sent to EKS (moto fills in its default)
 
     rc, out, stats = play(endpoint, extra)
     assert rc == 0 and stats["changed"] == 0, out[-5000:]
+    assert len(aws["ec2"].describe_launch_template_versions(LaunchTemplateName=template)["LaunchTemplateVersions"]) == 1
 
-    # Teardown without k8sgpu_eks_cluster_state: the pool only; the cluster and roles stay.
+    # Teardown without k8sgpu_eks_cluster_state: the pool (nodegroup, then its template) only; cluster and roles stay.
     rc, out, stats = play(endpoint, {**extra, "k8sgpu_eks_cluster_state": ""}, "-e", "k8sgpu_eks_state=absent")
-    assert rc == 0 and stats["changed"] == 1, out[-5000:]
-    assert aws["eks"].list_nodegroups(clusterName=name)["nodegroups"] == []
+    assert rc == 0 and stats["changed"] == 2, out[-5000:]
+    assert aws["eks"].list_nodegroups(clusterName=name)["nodegroups"] == [] and not templates(aws, template)
     assert name in aws["eks"].list_clusters()["clusters"] and {cluster_role, node_role} <= roles(aws)
 
     # The documented undo: the same inventory with k8sgpu_eks_state=absent - the cluster, then the roles.
@@ -136,3 +163,19 @@ def test_eks_playbook_cluster_needs_subnets(endpoint):
                                      "k8sgpu_eks_nodegroup": {"name": "gpu"}})
     assert rc != 0 and stats["failed"] == 1 and stats["changed"] == 0
     assert "k8sgpu_eks_cluster.subnets is required" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("extra,words", [
+    ({"k8sgpu_eks_nodegroup": {"name": "gpu", "ami_type": "AL2023_x86_64_STANDARD"}},
+     "AMI type 'AL2023_x86_64_STANDARD': a GPU pool needs one of"),
+    ({"k8sgpu_eks_nodegroup": {"name": "gpu"}, "device_plugin_device_list_strategy": ["envvar"]},
+     "device_plugin_device_list_strategy=['envvar'] (only [volume-mounts]"),
+    ({"k8sgpu_eks_nodegroup": {"name": "gpu", "launch_template": {"name": "mine"}}},
+     "nor is launch_template: the playbook makes the one that isolates GPUs"),
+])
+def test_eks_playbook_refuses_nodes_without_isolation_before_any_change(endpoint, aws, extra, words):
+    name = f"refused-{uuid.uuid4().hex[:6]}"
+    rc, out, stats = play(endpoint, {"k8sgpu_eks_cluster_name": name, **extra})
+    assert rc != 0 and stats["failed"] == 1 and stats["changed"] == 0, out[-3000:]
+    assert words in " ".join(out.split()), out[-3000:]
+    assert not templates(aws, f"{name}-gpu-gpu-isolation")
