@@ -9,6 +9,71 @@ whether the Docker GPU container check runs, each with the reason. The role's ta
 """
 from __future__ import annotations
 
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: container_toolkit_plan
+version_added: 1.0.0
+short_description: The container_toolkit role's decisions for one host (runtimes, packages, config.toml, restarts, check)
+description:
+  - Used by the C(container_toolkit) role, whose tasks only carry its answer out. Called with what the tasks have
+    read so far - the runtimes' systemd units, then the installed packages, then the configuration files changed.
+  - Says which runtimes to configure (those asked for, else those whose unit is installed); the packages to read,
+    install (apt names with the version pin; the legacy C(nvidia-docker2) unpinned) and hold; the NVIDIA runtime's
+    C(config.toml) settings for GPU isolation (the site's own settings win); whether to generate the CDI spec; which
+    runtimes to restart (changed, unit installed, C(container_toolkit_restart)) and which were left on their old
+    configuration; whether the Docker GPU container check runs, or why not.
+positional: _input, settings
+options:
+  _input:
+    description: The host's C(ansible_facts) (C(architecture); C(nvidia_driver_version) from M(k8sgpu.nvidia.gpu_facts)).
+    type: dict
+    required: true
+  settings:
+    description: The role's variables by name (C(container_toolkit_packages), C(container_toolkit_version),
+      C(container_toolkit_nvidia_docker2), C(container_toolkit_hold), C(container_toolkit_runtimes),
+      C(container_toolkit_restart), C(container_toolkit_isolate_gpus), C(container_toolkit_config_settings),
+      C(container_toolkit_cdi_spec), C(container_toolkit_gpu_check)).
+    type: dict
+    required: true
+  units:
+    description: The lines of C(systemctl list-unit-files --no-legend) for C(docker.service), C(containerd.service), C(crio.service).
+    type: list
+    elements: str
+  packages:
+    description: The result of M(k8sgpu.nvidia.dpkg_packages) for C(read.names); null before they were read.
+    type: dict
+  changes:
+    description: The configuration files changed in this run per runtime (what a restart must restore); null before.
+    type: dict
+  driver_loaded:
+    description: Whether an NVIDIA driver is loaded; null takes it from the facts.
+    type: bool
+  check_mode:
+    description: Whether the role runs in check mode.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+_container_toolkit_plan: >-
+  {{ ansible_facts | k8sgpu.nvidia.container_toolkit_plan(_container_toolkit_settings, units=__units.stdout_lines,
+     packages=__dpkg) }}
+# {"runtimes": ["containerd", "docker"], "install": {"needed": true, "names": ["nvidia-container-toolkit=1.20.1-*", ...]},
+#  "restart": [], "gpu_check": {"run": false, "probe_dockerd": false, "skip_reason": "no NVIDIA driver loaded"}, ...}
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(runtimes_installed), C(runtimes), C(runtimes_reason), C(ctk_runtimes) (configured through nvidia-ctk),
+      C(driver_loaded), C(arch), C(packages), C(read) (C(names), C(versions)), C(install) (C(needed), C(names),
+      C(allow_change_held), C(reason)), C(hold) (C(packages), C(needed), C(reason)), C(config) (C(settings),
+      C(isolation)), C(cdi) (C(wanted), C(skip_reason)), C(restart), C(not_restarted), C(gpu_check) (C(run),
+      C(probe_dockerd), C(skip_reason)).
+  type: dict
+"""
+
 from typing import Any, Mapping
 
 from ansible.errors import AnsibleFilterError

@@ -3,6 +3,38 @@
 """Filter grafana_dashboard of the gpu_dashboard role; the logic is in module_utils/_monitoring.py."""
 from __future__ import annotations
 
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: grafana_dashboard
+version_added: 1.0.0
+short_description: Check a Grafana dashboard's JSON before it is shipped in a ConfigMap
+description:
+  - Returns the text unchanged when it is valid JSON, an object with a C(title) and C(panels) (or C(rows)), and
+    small enough for a ConfigMap (1 MiB less 4 KiB).
+  - Otherwise fails naming O(source) and the fix.
+positional: _input, source
+options:
+  _input:
+    description: The dashboard's JSON text.
+    type: str
+    required: true
+  source:
+    description: Where the text comes from (a file name), for the error message.
+    type: str
+    default: dashboard
+"""
+
+EXAMPLES = r"""
+json: "{{ lookup('ansible.builtin.file', path) | k8sgpu.nvidia.grafana_dashboard(path) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The same text.
+  type: str
+"""
+
 from typing import Any
 
 from ansible.errors import AnsibleFilterError

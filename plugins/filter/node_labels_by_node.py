@@ -3,6 +3,71 @@
 """The node_labels_by_node filter: the labels the node_labels role sets (or removes) on each GPU host's Node."""
 from __future__ import annotations
 
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: node_labels_by_node
+version_added: 1.0.0
+short_description: The labels the node_labels role sets, or removes, on each GPU host's Node
+description:
+  - For each inventory host, its Node's name (P(k8sgpu.nvidia.node_name#filter)) and the labels for
+    M(k8sgpu.nvidia.k8s_nodes)'s C(node_labels), where V(null) removes a label.
+  - O(state=present) - C(gpu=true) and C(nvidia.com/gpu.present=true) (with O(gpu)), GPU Feature Discovery's labels
+    from the host's GPU facts (P(k8sgpu.nvidia.gfd_labels#filter), with O(from_facts)), O(labels), then the host
+    variable C(k8sgpu_node_labels); the keys of O(remove) are removed.
+  - O(state=absent) - every label O(state=present) would set is removed (with O(from_facts), every label name
+    P(k8sgpu.nvidia.gfd_labels#filter) can give, since an earlier run may have set them from facts not gathered
+    now), and no other; labels the role does not set stay.
+  - Fails naming the host when it has no Node name, and naming the argument when it has the wrong type.
+positional: _input, hostvars
+options:
+  _input:
+    description: The inventory hosts (a group's members).
+    type: list
+    elements: str
+    required: true
+  hostvars:
+    description: C(hostvars).
+    type: dict
+    required: true
+  labels:
+    description: Labels for every Node; a value of V(null) removes the label.
+    type: dict
+    default: {}
+  gpu:
+    description: Set C(gpu=true) and C(nvidia.com/gpu.present=true).
+    type: bool
+    default: true
+  from_facts:
+    description: Add GPU Feature Discovery's labels from each host's GPU facts.
+    type: bool
+    default: true
+  remove:
+    description: Label keys to remove from every Node (O(state=present)).
+    type: list
+    elements: str
+    default: []
+  state:
+    description: V(present) the labels to set, V(absent) the same keys, to remove.
+    type: str
+    choices: [present, absent]
+    default: present
+"""
+
+EXAMPLES = r"""
+node_labels: "{{ groups['gpu_nodes'] | k8sgpu.nvidia.node_labels_by_node(hostvars, labels={'role': 'train-gpu'}) }}"
+# {"gpu-01": {"gpu": "true", "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", ...,
+#             "role": "train-gpu"}}
+removal: "{{ groups['gpu_nodes'] | k8sgpu.nvidia.node_labels_by_node(hostvars, labels={'role': 'train-gpu'}, state='absent') }}"
+# {"gpu-01": {"gpu": null, "nvidia.com/gpu.present": null, "role": null, "nvidia.com/gpu.product": null, ...}}
+"""
+
+RETURN = r"""
+_value:
+  description: Node name to labels (V(null) removes the label).
+  type: dict
+"""
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 

@@ -3,6 +3,34 @@
 """Filters for Kubernetes taints."""
 from __future__ import annotations
 
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: taint_to_string
+version_added: 1.0.0
+short_description: Write a Kubernetes taint the way kubectl does
+description:
+  - Turns a taint object (C(key), optional C(value), C(effect)) into C(key=value:Effect),
+    or C(key:Effect) when it has no value, the form C(kubectl taint) takes.
+positional: _input
+options:
+  _input:
+    description: A taint, as found in a Node's C(spec.taints).
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+# "node-role.kubernetes.io/control-plane:NoSchedule"
+taints: "{{ node.spec.taints | default([]) | map('k8sgpu.nvidia.taint_to_string') | list }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The taint as C(key[=value]:Effect).
+  type: str
+"""
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import taint_str

@@ -50,8 +50,9 @@ def make_collection(tmp_path: Path, *, version="1.1.0", released=("1.0.0",), fra
     (root / "changelogs" / "fragments").mkdir(parents=True)
     (root / "galaxy.yml").write_text(f"namespace: k8sgpu\nname: nvidia\nversion: {version}\n")
     (root / "plugins" / "modules" / "thing.py").write_text(MODULE.format(option=option))
-    (root / "plugins" / "filter" / "thing.yml").write_text(
-        f"DOCUMENTATION:\n  name: thing\n  version_added: \"{filter_added}\"\n  short_description: A filter\n")
+    (root / "plugins" / "filter" / "thing.py").write_text(
+        f'DOCUMENTATION = r"""\nname: thing\nversion_added: "{filter_added}"\nshort_description: A filter\n"""\n\n\n'
+        f'def thing(x):\n    return x\n\n\nclass FilterModule:\n    def filters(self):\n        return {{"thing": thing}}\n')
     if fragment_added:
         (root / "plugins" / "doc_fragments").mkdir()
         (root / "plugins" / "doc_fragments" / "auth.py").write_text(
@@ -104,7 +105,7 @@ def test_other_content_newer_than_galaxy_version_fails(tmp_path, where):
     kwargs = {"filter": {"filter_added": "1.2.0"}, "role": {"role_added": "1.2.0"},
               "fragment": {"fragment_added": "2.2.0"}}[where]
     found = errors(make_collection(tmp_path, **kwargs))
-    path = {"filter": "plugins/filter/thing.yml", "role": "roles/r/meta/argument_specs.yml",
+    path = {"filter": "plugins/filter/thing.py", "role": "roles/r/meta/argument_specs.yml",
             "fragment": "plugins/doc_fragments/auth.py"}[where]
     assert len(found) == 1 and found[0].startswith(path + ":"), found
 
@@ -162,3 +163,85 @@ def test_compat_collections_checks_both_ends_against_galaxy_ranges():
     assert len(check("newest", {"kubernetes.core": "6.6.0", "amazon.aws": "11.4.0"},
                      {**wanted, "amazon.aws": ">=9.0.0,<11.0.0"})) == 1
     assert len(check("newest", {"kubernetes.core": "6.6.0"}, wanted)) == 1
+
+
+FILTER_PY = '''from __future__ import annotations
+{doc}
+
+def {a}(x):
+    return x
+
+
+def {b}(x):
+    return x
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {filters}
+'''
+FILTER_DOC = 'DOCUMENTATION = r"""\nname: {name}\nversion_added: 1.0.0\nshort_description: S\n"""\n'
+
+
+def make_filters(tmp_path, files: dict[str, tuple[str, ...]], inline: set[str] = frozenset(),
+                 ymls: tuple[str, ...] = ()) -> Path:
+    """files: NAME.py -> the filters it holds; inline: the .py files with their own DOCUMENTATION."""
+    root = tmp_path / "c"
+    d = root / "plugins" / "filter"
+    d.mkdir(parents=True)
+    for stem, names in files.items():
+        filters = "{" + ", ".join(f'"{n}": {n}' for n in names) + "}"
+        a, b = (list(names) + ["unused_a", "unused_b"])[:2]
+        doc = FILTER_DOC.format(name=stem) if stem in inline else ""
+        (d / f"{stem}.py").write_text(FILTER_PY.format(doc=doc, a=a, b=b, filters=filters))
+    for y in ymls:
+        (d / f"{y}.yml").write_text(f"DOCUMENTATION:\n  name: {y}\n")
+    return root
+
+
+def test_one_documented_filter_per_file_passes(tmp_path):
+    root = make_filters(tmp_path, {"taint": ("taint",), "plan": ("plan",)}, inline={"taint", "plan"})
+    assert release_check.check_filter_entries(root, pending={}) == ([], [])
+
+
+@pytest.mark.parametrize("files, inline, ymls, expect", [
+    # 1.0.0: driver_plan.py beside driver_plan.yml (Galaxy listed driver_plan twice)
+    ({"driver_plan": ("driver_plan",)}, set(), ("driver_plan",), "both show the filter driver_plan"),
+    # 1.0.0: pod_security.py holds two filters documented by .yml (an undocumented entry pod_security)
+    ({"pod_security": ("pod_security_namespace", "pod_security_conflict")}, set(),
+     ("pod_security_namespace", "pod_security_conflict"), "pod_security, undocumented"),
+    # a file's DOCUMENTATION would show for its second filter too
+    ({"driver_plan": ("driver_plan", "driver_outcome")}, {"driver_plan"}, ("driver_outcome",),
+     "driver_plan, twice"),
+    # no documentation at all
+    ({"taint": ("taint",)}, set(), (), "no DOCUMENTATION"),
+    # a .yml of no filter
+    ({"taint": ("taint",)}, {"taint"}, ("gone",), "gone.yml documents no filter"),
+])
+def test_filter_layouts_galaxy_lists_wrongly_fail(tmp_path, files, inline, ymls, expect):
+    errors, notes = release_check.check_filter_entries(make_filters(tmp_path, files, inline, ymls), pending={})
+    assert notes == [] and len(errors) == 1 and expect in errors[0], errors
+
+
+def test_pending_filter_file_is_a_note_not_an_error(tmp_path):
+    root = make_filters(tmp_path, {"apt_proxy": ("apt_proxy_lines", "apt_proxy_auth")}, set(),
+                        ("apt_proxy_lines", "apt_proxy_auth"))
+    errors, notes = release_check.check_filter_entries(root, pending={"apt_proxy.py": "apt_proxy_lines.py, ..."})
+    assert errors == [] and len(notes) == 1 and "apt_proxy_lines.py" in notes[0]
+
+
+def test_filter_docs_tool_splits_and_inlines(tmp_path):
+    """tests/release/filter_docs.py turns the 1.0.0 layout into one documented file per filter."""
+    root = make_filters(tmp_path, {"plan": ("plan", "outcome")}, set(), ("plan", "outcome"))
+    d = root / "plugins" / "filter"
+    for name in ("plan", "outcome"):
+        (d / f"{name}.yml").write_text(f"---\nDOCUMENTATION:\n  name: {name}\n  version_added: 1.0.0\n"
+                                       f"  short_description: The {name}\nEXAMPLES: |\n  x: \"{{{{ y | {name} }}}}\"\n"
+                                       f"RETURN:\n  _value:\n    description: D.\n    type: dict\n")
+    tool = ROOT / "tests" / "release" / "filter_docs.py"
+    subprocess.run([sys.executable, tool, "split", d / "plan.py", "outcome"], check=True, capture_output=True)
+    subprocess.run([sys.executable, tool, "inline", d / "plan.py", d / "plan.yml"], check=True, capture_output=True)
+    assert release_check.check_filter_entries(root, pending={}) == ([], [])
+    assert sorted(p.name for p in d.iterdir()) == ["outcome.py", "plan.py"]
+    assert release_check.filter_names(d / "plan.py") == ["plan"]
+    assert "from ansible_collections.k8sgpu.nvidia.plugins.filter.plan import outcome" in (d / "outcome.py").read_text()

@@ -6,7 +6,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.k8sgpu.nvidia.plugins.filter.metrics_adapter import adapter_rbac_rules, gpu_adapter_rules
-from ansible_collections.k8sgpu.nvidia.plugins.filter.pod_security import pod_security_conflict, pod_security_namespace
+from ansible_collections.k8sgpu.nvidia.plugins.filter.pod_security_namespace import pod_security_conflict, pod_security_namespace
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gpu_verify import job_manifest
 
 PSA = "pod-security.kubernetes.io/"
