@@ -190,8 +190,8 @@ def _check_no_wildcard(rules: list) -> None:
         for key in ("apiGroups", "resources", "verbs"):
             if any("*" in str(v) for v in rule[key]):
                 raise AnsibleFilterError(f"adapter_rbac_rules: a rule would grant {key} {rule[key]}: refused")
-        if any(str(r).split("/")[0] in _FORBIDDEN_RESOURCES for r in rule["resources"]) and \
-                "custom.metrics.k8s.io" not in rule["apiGroups"]:
+        if "custom.metrics.k8s.io" not in rule["apiGroups"] and \
+                any(str(r).split("/", maxsplit=1)[0] in _FORBIDDEN_RESOURCES for r in rule["resources"]):
             raise AnsibleFilterError(f"adapter_rbac_rules: a rule would grant {rule['resources']}: refused")
 
 

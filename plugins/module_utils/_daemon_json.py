@@ -28,7 +28,8 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import 
     read_file,
     write_file,
 )
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._redact import (  # noqa: F401 (re-exported)
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._redact import (  # noqa: F401  # pylint: disable=unused-import
+    # re-exported: the names docker_daemon_config and earlier tests import from here
     REDACTED,
     redact_config,
     redact_string,
