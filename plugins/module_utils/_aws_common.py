@@ -2,17 +2,36 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Private to k8sgpu.nvidia: what the collection's AWS modules share.
 
-Connection options with amazon.aws's names and aliases (access_key/aws_access_key_id, ...), but no dependency on
-that collection: boto3 sessions and clients are built here. Options left unset fall back to boto3's own chain
-(AWS_* environment variables, shared config and credentials files, instance or pod roles). Requests use
-botocore's "standard" retry mode (throttling and transient errors retried with backoff).
+The connection options are amazon.aws's own (``aws_argument_spec()`` of its module_utils.modules: access_key,
+secret_key, session_token, profile, region, endpoint_url, validate_certs, aws_ca_bundle, aws_config,
+debug_botocore_endpoint_logs, with their aliases and environment fallbacks), so that every option amazon.aws's
+action group takes - ``group/k8sgpu.nvidia.aws`` extends it - is accepted here too, and they map to boto3 as
+amazon.aws maps them (``get_aws_connection_info``: aws_ca_bundle becomes botocore's ``verify`` path, aws_config a
+``botocore.config.Config``). Options left unset fall back to boto3's own chain (shared config and credentials files,
+instance or pod roles).
+
+The session and clients are built here, not with amazon.aws's AnsibleAWSModule: one session for a run's clients
+and botocore's service model (the modules check enum values and regions against it before any request), botocore's
+"standard" retry mode (throttling and transient errors retried with backoff) under the task's aws_config, and the
+endpoint check below. AnsibleAWSModule's client() makes a session per client, and on ansible-core 2.19 its
+exit_json passes the module's warnings to AnsibleModule.exit_json, which ansible-core deprecates: every task where
+the module warns gets a deprecation warning too (amazon.aws 10.1.2).
+
+Where the credentials go: a request is signed (SigV4, an Authorization header replayable for minutes) and carries
+the session token, so a plain ``http://`` endpoint - whether from endpoint_url, ``AWS_URL``, ``AWS_ENDPOINT_URL``
+or a profile's ``endpoint_url`` - is taken only on a loopback host (127.0.0.0/8, ::1, localhost: moto or another
+local test server) unless ``allow_http_endpoint_url`` is set. This is checked when the session is made (the option)
+and on each client (the endpoint botocore resolved), before any request, and again on every request about to be
+sent (``before-send``), as the GCP modules do for their api_endpoint (_gcp_common.py).
 """
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 import traceback
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -31,20 +50,66 @@ except ImportError:
 # The oldest boto3/botocore whose EKS model has the AL2023 NVIDIA AMI types (see requirements.txt).
 MIN_BOTOCORE = (1, 37, 35)
 
-AWS_ARG_SPEC = {
-    "access_key": {"type": "str", "aliases": ["aws_access_key_id", "aws_access_key"], "no_log": False},
-    "secret_key": {"type": "str", "aliases": ["aws_secret_access_key", "aws_secret_key"], "no_log": True},
-    "session_token": {"type": "str", "aliases": ["aws_session_token"], "no_log": True},
-    "profile": {"type": "str", "aliases": ["aws_profile"]},
-    "region": {"type": "str", "aliases": ["aws_region"]},
-    "endpoint_url": {"type": "str", "aliases": ["aws_endpoint_url"]},
-    "validate_certs": {"type": "bool", "default": True},
+# The collection's own connection option, beside amazon.aws's (documented in plugins/doc_fragments/aws.py).
+AWS_EXTRA_ARG_SPEC = {
+    "allow_http_endpoint_url": {"type": "bool", "default": False},
+}
+
+# Only to fail cleanly when amazon.aws is not installed: the names and aliases of its connection options, taken
+# without checking (raw), the secrets hidden. Not the modules' argument spec (that is amazon.aws's).
+_SECRETS = {"secret_key": ["aws_secret_access_key", "aws_secret_key"], "session_token": ["aws_session_token"]}
+_OTHERS = {"access_key": ["aws_access_key_id", "aws_access_key"], "profile": ["aws_profile"], "region": ["aws_region"],
+           "endpoint_url": ["aws_endpoint_url"], "validate_certs": [], "aws_ca_bundle": [], "aws_config": [],
+           "debug_botocore_endpoint_logs": []}
+_WITHOUT_AMAZON_AWS_SPEC = {
+    **{name: {"type": "raw", "aliases": aliases, "no_log": True} for name, aliases in _SECRETS.items()},
+    **{name: {"type": "raw", "aliases": aliases, "no_log": False} for name, aliases in _OTHERS.items()},
 }
 
 
+def _amazon_aws():
+    """amazon.aws's aws_argument_spec and get_aws_connection_info, or None when that collection is not installed.
+
+    Imported when a module runs (as _k8s_common.py does with kubernetes.core), so that this file stays importable
+    without it."""
+    try:
+        from ansible_collections.amazon.aws.plugins.module_utils.botocore import get_aws_connection_info
+        from ansible_collections.amazon.aws.plugins.module_utils.modules import aws_argument_spec
+    except ImportError:  # reported by aws_module(), with the fix
+        return None
+    return aws_argument_spec, get_aws_connection_info
+
+
+class AWSModule(AnsibleModule):
+    """An AnsibleModule that, with debug_botocore_endpoint_logs, returns the AWS operations the run called as
+    ``resource_actions`` (sorted ``<service>:<Operation>``, as amazon.aws's modules do), also when it fails."""
+
+    def __init__(self, *args, **kwargs):
+        self.resource_actions: set[str] = set()
+        super().__init__(*args, **kwargs)
+
+    def _with_actions(self, kwargs: dict) -> dict:
+        if self.params.get("debug_botocore_endpoint_logs") and "resource_actions" not in kwargs:
+            kwargs["resource_actions"] = sorted(self.resource_actions)
+        return kwargs
+
+    def exit_json(self, **kwargs):
+        super().exit_json(**self._with_actions(kwargs))
+
+    def fail_json(self, msg, **kwargs):
+        super().fail_json(msg, **self._with_actions(kwargs))
+
+
 def aws_module(argument_spec: dict, **kwargs) -> AnsibleModule:
-    """An AnsibleModule with the connection options; fails naming boto3 when it cannot be imported."""
-    module = AnsibleModule(argument_spec={**argument_spec, **AWS_ARG_SPEC}, **kwargs)
+    """An AnsibleModule with amazon.aws's connection options and allow_http_endpoint_url added to argument_spec;
+    fails naming amazon.aws, or boto3, when it cannot be imported."""
+    amazon = _amazon_aws()
+    if amazon is None:
+        AnsibleModule(argument_spec={**argument_spec, **_WITHOUT_AMAZON_AWS_SPEC, **AWS_EXTRA_ARG_SPEC},
+                      **kwargs).fail_json(
+            msg="this module needs the amazon.aws collection (>= 9.0.0; its AWS connection options): "
+                "ansible-galaxy collection install amazon.aws")
+    module = AWSModule(argument_spec={**argument_spec, **amazon[0](), **AWS_EXTRA_ARG_SPEC}, **kwargs)
     if not HAS_BOTO3:
         module.fail_json(msg=missing_required_lib("boto3 and botocore (pip install -r requirements.txt)"),
                          exception=BOTO3_IMPORT_ERROR)
@@ -53,6 +118,59 @@ def aws_module(argument_spec: dict, **kwargs) -> AnsibleModule:
         module.warn(f"botocore {botocore.__version__} is older than {'.'.join(map(str, MIN_BOTOCORE))}: its EKS model "
                     "lacks AMI types this module accepts; pip install -r requirements.txt")
     return module
+
+
+class EndpointError(ValueError):
+    """An endpoint the signed requests must not go to; the message says why and what to set."""
+
+
+def is_loopback(host: str | None) -> bool:
+    """localhost, 127.0.0.0/8 or ::1."""
+    if (host or "").lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_endpoint(url: str, allow_http: bool = False, source: str = "endpoint_url") -> None:
+    """Raise EndpointError when the AWS endpoint url must not receive signed requests: not http(s), user
+    information in it, or plain http on a host other than loopback without allow_http. source names where the URL
+    came from, for the message."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018  (a malformed port raises here)
+    except ValueError:
+        raise EndpointError(f"{source} {url!r} has a malformed port") from None
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise EndpointError(f"{source} {url!r} is not an https:// (or http://) URL")
+    if parts.username is not None:
+        raise EndpointError(f"{source} has user information (user@ or user:password@); give credentials with "
+                            "access_key and secret_key, a profile or boto3's chain, never in the URL")
+    if parts.scheme == "http" and not is_loopback(parts.hostname) and not allow_http:
+        raise EndpointError(
+            f"{source} {url} is plain http on {parts.hostname}, not a loopback address: every request's signature "
+            "(a replayable SigV4 Authorization header) and the session token would cross the network unencrypted. "
+            "Use https, or set allow_http_endpoint_url: true for a test server on a network you trust")
+
+
+class PlainHttpRefused(BotoCoreError):
+    """Raised by the before-send guard: a signed request about to go to a refused endpoint (not sent)."""
+
+    fmt = "{msg}"
+
+
+def _guard(allow_http: bool):
+    """A before-send handler that stops any request check_endpoint refuses, whatever made its URL."""
+
+    def before_send(request, **_kwargs):
+        try:
+            check_endpoint(request.url.split("?", 1)[0], allow_http, source="request to")
+        except EndpointError as e:
+            raise PlainHttpRefused(msg=f"{e} (not sent)") from None
+
+    return before_send
 
 
 def known_regions(session, service: str) -> list[str]:
@@ -77,35 +195,63 @@ def region_error(session, region: str, services) -> str | None:
 
 
 class AWS:
-    """boto3 clients for one module run, all with the same session, endpoint and retry settings."""
+    """boto3 clients for one module run, all with the same session, endpoint, TLS and botocore settings."""
 
     def __init__(self, module: AnsibleModule, services=()):
         """services: the AWS services the module calls; without endpoint_url, a region where botocore knows none
         of them fails here, before any request, naming the region (an unknown region otherwise gives the
-        endpoint's raw connection error)."""
+        endpoint's raw connection error). A refused endpoint_url (check_endpoint) fails here too."""
         p = module.params
         self.module = module
+        if p["endpoint_url"]:
+            try:
+                check_endpoint(p["endpoint_url"], p["allow_http_endpoint_url"])
+            except EndpointError as e:
+                module.fail_json(msg=str(e))
+        get_aws_connection_info = _amazon_aws()[1]
+        try:
+            region, self.endpoint_url, conn = get_aws_connection_info(module)
+        except (TypeError, ValueError) as e:  # aws_config: botocore.config.Config(**aws_config)
+            module.fail_json(msg=f"aws_config: {e} (its keys are botocore.config.Config's arguments: "
+                                 "https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html)")
+        self.verify = conn["verify"]
+        config = Config(retries={"mode": "standard", "max_attempts": 8}, user_agent_extra="k8sgpu.nvidia")
+        self.config = config.merge(conn["aws_config"]) if conn.get("aws_config") else config
         try:
             self.session = boto3.session.Session(
-                aws_access_key_id=p["access_key"], aws_secret_access_key=p["secret_key"],
-                aws_session_token=p["session_token"], profile_name=p["profile"], region_name=p["region"])
+                aws_access_key_id=conn["aws_access_key_id"], aws_secret_access_key=conn["aws_secret_access_key"],
+                aws_session_token=conn["aws_session_token"], profile_name=conn.get("profile_name"),
+                region_name=region)
         except BotoCoreError as e:
             module.fail_json(msg=f"AWS session: {e}")
         if not self.session.region_name:
             module.fail_json(msg="no AWS region: set the region option or AWS_REGION (or a profile with a region)")
-        if not p["endpoint_url"]:
+        if not self.endpoint_url:
             msg = region_error(self.session, self.session.region_name, services)
             if msg:
                 module.fail_json(msg=msg)
         self._clients: dict[str, object] = {}
 
     def client(self, service: str):
+        """The run's client for service. Fails, before any request, when the endpoint botocore resolved for it
+        (endpoint_url, or AWS_ENDPOINT_URL[_<SERVICE>] or a profile's endpoint_url) is one check_endpoint refuses;
+        every request is checked again just before it is sent."""
         if service not in self._clients:
-            p = self.module.params
-            self._clients[service] = self.session.client(
-                service, endpoint_url=p["endpoint_url"], verify=p["validate_certs"],
-                config=Config(retries={"mode": "standard", "max_attempts": 8},
-                              user_agent_extra="k8sgpu.nvidia"))
+            allow_http = self.module.params["allow_http_endpoint_url"]
+            client = self.session.client(service, endpoint_url=self.endpoint_url, verify=self.verify,
+                                         config=self.config)
+            try:
+                check_endpoint(client.meta.endpoint_url, allow_http,
+                               source="endpoint_url" if self.endpoint_url else
+                               f"the {service} endpoint (from AWS_ENDPOINT_URL or the profile's endpoint_url)")
+            except EndpointError as e:
+                self.module.fail_json(msg=str(e))
+            client.meta.events.register("before-send", _guard(allow_http))
+            actions = getattr(self.module, "resource_actions", None)
+            if actions is not None:
+                client.meta.events.register(
+                    "before-parameter-build", lambda model, **_kw: actions.add(f"{service}:{model.name}"))
+            self._clients[service] = client
         return self._clients[service]
 
     def service_model(self, service: str):

@@ -36,6 +36,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def own_address() -> str | None:
+    """This machine's address on its default route (no packet is sent: a UDP socket's connect only routes), or None
+    when it has none but loopback. For the tests that need a plain-http server off loopback without a network."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
 def run_module(module: str, args: dict, env: dict, *, check: bool, diff: bool, python: str) -> dict:
     """One module run as a user runs it (`ansible localhost -m MODULE -a ARGS`, json stdout callback): its result,
     with the exit status in `_rc` and everything printed in `_stdout`. The EKS and GKE runners both use it."""

@@ -9,14 +9,13 @@ Google's or AWS's own endpoints (the contract server and moto stand in for them)
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import GKE_PROJECT, GKE_REGION, GkeRunner
+from conftest import GKE_PROJECT, GKE_REGION, GkeRunner, own_address
 from k8sgpu_testlib import gke_contract_server
 
 POOL = {"name": "gpu-t4", "machine_type": "n1-standard-4", "accelerator": {"type": "nvidia-tesla-t4"},
@@ -124,17 +123,6 @@ def test_plain_http_endpoint_off_loopback_refused_before_any_request(gke_run, gk
     r = gke_run({"cluster": gke_cluster, **POOL, "api_endpoint": f"http://user:pw@{gke_server.base[7:]}"})
     assert r.get("failed") and "user information" in r["msg"] and "pw" not in r["msg"]
     assert gke_server.log[mark:] == []
-
-
-def own_address() -> str | None:
-    """This machine's address on its default route (no packet is sent: a UDP socket's connect only routes)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))
-        except OSError:
-            return None
-        address = s.getsockname()[0]
-    return None if address.startswith("127.") else address
 
 
 def test_plain_http_endpoint_off_loopback_with_opt_in(tmp_path):
