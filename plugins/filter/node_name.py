@@ -3,6 +3,48 @@
 """Map inventory hosts to their Kubernetes Node names, refusing a malformed name and two hosts on one Node."""
 from __future__ import annotations
 
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: node_name
+version_added: 1.0.0
+short_description: The Kubernetes Node name of an inventory host
+description:
+  - Returns the host variable C(k8sgpu_node_name) when set, else the name the host's kubelet registers, which is
+    the kernel's node name (C(uname -n), the fact C(ansible_facts.nodename)) trimmed and lowercased, as the kubelet's
+    C(nodeutil.GetHostname) does when it runs without C(--hostname-override).
+  - The inventory name is never used. A host with neither the variable nor the fact (unreachable, or its facts were
+    not gathered in this run) fails with a message naming the host and C(k8sgpu_node_name).
+  - The fact comes from M(ansible.builtin.setup) (C(gather_subset) C(min), or C(!all,!min,platform)), or from a fact cache.
+    The collection's playbooks gather it where it is missing.
+  - A name that no Node can have (not a DNS-1123 subdomain, that is lower-case letters, digits, C(-) and C(.), at
+    most 253 characters) fails naming the host, the name, where it came from and C(k8sgpu_node_name); a host's hostname can be
+    anything, and is refused before it reaches an API call (since 1.1.0).
+  - To map several hosts at once, refusing two hosts on one Node, use P(k8sgpu.nvidia.node_names#filter).
+  - Every role of the collection maps hosts to Nodes this way. Set C(k8sgpu_node_name) where the kubelet runs with
+    C(--hostname-override) or a cloud provider names the Node.
+positional: _input, hostvars
+options:
+  _input:
+    description: Inventory host name.
+    type: str
+    required: true
+  hostvars:
+    description: The C(hostvars) magic variable.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+gpu_node_names: "{{ groups['gpu_nodes'] | map('k8sgpu.nvidia.node_name', hostvars) | list }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The Node name.
+  type: str
+"""
+
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -96,4 +138,4 @@ def node_names(hosts: Any, hostvars: Any, unknown: str = "fail") -> dict:
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"node_name": node_name, "node_names": node_names}
+        return {"node_name": node_name}
