@@ -55,15 +55,21 @@ AWS_EXTRA_ARG_SPEC = {
     "allow_http_endpoint_url": {"type": "bool", "default": False},
 }
 
-# Only to fail cleanly when amazon.aws is not installed: the names and aliases of its connection options, taken
-# without checking (raw), the secrets hidden. Not the modules' argument spec (that is amazon.aws's).
-_SECRETS = {"secret_key": ["aws_secret_access_key", "aws_secret_key"], "session_token": ["aws_session_token"]}
-_OTHERS = {"access_key": ["aws_access_key_id", "aws_access_key"], "profile": ["aws_profile"], "region": ["aws_region"],
-           "endpoint_url": ["aws_endpoint_url"], "validate_certs": [], "aws_ca_bundle": [], "aws_config": [],
-           "debug_botocore_endpoint_logs": []}
+# Only to fail cleanly, naming the fix, when amazon.aws is not installed: the names, aliases, types and defaults
+# of its connection options (without their environment fallbacks), the secrets hidden - so the failure does not
+# print them and the documentation matches in either case (ansible-test's validate-modules without amazon.aws).
+# tests/unit/plugins/module_utils/test_aws_common.py keeps it in step with amazon.aws's aws_argument_spec().
 _WITHOUT_AMAZON_AWS_SPEC = {
-    **{name: {"type": "raw", "aliases": aliases, "no_log": True} for name, aliases in _SECRETS.items()},
-    **{name: {"type": "raw", "aliases": aliases, "no_log": False} for name, aliases in _OTHERS.items()},
+    "access_key": {"aliases": ["aws_access_key_id", "aws_access_key"], "no_log": False},
+    "secret_key": {"aliases": ["aws_secret_access_key", "aws_secret_key"], "no_log": True},
+    "session_token": {"aliases": ["aws_session_token"], "no_log": True},
+    "profile": {"aliases": ["aws_profile"]},
+    "region": {"aliases": ["aws_region"]},
+    "endpoint_url": {"aliases": ["aws_endpoint_url"]},
+    "validate_certs": {"type": "bool", "default": True},
+    "aws_ca_bundle": {"type": "path"},
+    "aws_config": {"type": "dict"},
+    "debug_botocore_endpoint_logs": {"type": "bool", "default": False},
 }
 
 
@@ -139,15 +145,15 @@ def check_endpoint(url: str, allow_http: bool = False, source: str = "endpoint_u
     information in it, or plain http on a host other than loopback without allow_http. source names where the URL
     came from, for the message."""
     parts = urlsplit(url)
+    if parts.username is not None:  # first: the messages below quote the URL
+        raise EndpointError(f"{source} has user information (user@ or user:password@); give credentials with "
+                            "access_key and secret_key, a profile or boto3's chain, never in the URL")
     try:
         parts.port  # noqa: B018  (a malformed port raises here)
     except ValueError:
         raise EndpointError(f"{source} {url!r} has a malformed port") from None
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise EndpointError(f"{source} {url!r} is not an https:// (or http://) URL")
-    if parts.username is not None:
-        raise EndpointError(f"{source} has user information (user@ or user:password@); give credentials with "
-                            "access_key and secret_key, a profile or boto3's chain, never in the URL")
     if parts.scheme == "http" and not is_loopback(parts.hostname) and not allow_http:
         raise EndpointError(
             f"{source} {url} is plain http on {parts.hostname}, not a loopback address: every request's signature "

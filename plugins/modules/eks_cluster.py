@@ -140,6 +140,22 @@ EXAMPLES = r"""
     name: train
     region: us-east-1
     state: absent
+
+- name: The connection once for amazon.aws's modules and the collection's, through a VPC endpoint with a private CA
+  module_defaults:
+    group/k8sgpu.nvidia.aws:
+      region: us-east-1
+      endpoint_url: https://vpce-0123456789abcdef0-abcdefgh.eks.us-east-1.vpce.amazonaws.com
+      aws_ca_bundle: /etc/pki/tls/certs/corporate-ca.pem
+      aws_config:
+        connect_timeout: 10
+        retries: {mode: adaptive, max_attempts: 10}
+  block:
+    - name: The cluster
+      k8sgpu.nvidia.eks_cluster:
+        name: train
+        role_arn: arn:aws:iam::123456789012:role/train-eks-cluster
+        subnets: [subnet-0a1b2c3d, subnet-4e5f6a7b]
 """
 
 RETURN = r"""
@@ -159,6 +175,15 @@ updates:
   returned: always
   type: list
   elements: dict
+resource_actions:
+  description:
+    - The AWS operations the task called, C(<service>:<Operation>), sorted and each once - for a least privilege IAM
+      policy.
+  returned: with O(debug_botocore_endpoint_logs=true), also when the task fails
+  type: list
+  elements: str
+  sample: ["eks:CreateCluster", "eks:DescribeCluster"]
+  version_added: 1.1.0
 """
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks_cluster as plan

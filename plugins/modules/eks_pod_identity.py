@@ -118,6 +118,15 @@ requests:
   elements: dict
   sample: [{"operation": "CreatePodIdentityAssociation", "params": {"clusterName": "train", "namespace": "kube-system",
             "serviceAccount": "cluster-autoscaler", "roleArn": "arn:aws:iam::123456789012:role/train-ca"}}]
+resource_actions:
+  description:
+    - The AWS operations the task called, C(<service>:<Operation>), sorted and each once - for a least privilege IAM
+      policy.
+  returned: with O(debug_botocore_endpoint_logs=true), also when the task fails
+  type: list
+  elements: str
+  sample: ["eks:CreatePodIdentityAssociation", "eks:ListPodIdentityAssociations"]
+  version_added: 1.1.0
 """
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._aws_common import (

@@ -348,3 +348,16 @@ def pod_identity_associations(aws, cluster: str) -> list[dict]:
 
 
 add_pod_identity_to_moto()
+
+
+def test_amazon_aws_common_options_taken(monkeypatch, eks, tmp_path):
+    """group/k8sgpu.nvidia.aws extends amazon.aws's group, whose defaults may carry amazon.aws's common options; the
+    module refused aws_ca_bundle, aws_config and debug_botocore_endpoint_logs (Unsupported parameters)."""
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    eks.expect("list_pod_identity_associations", {"associations": []}, LIST)
+    res = run(monkeypatch, {"state": "absent", "aws_ca_bundle": str(bundle), "validate_certs": True,
+                            "aws_config": {"user_agent_appid": "k8sgpu-test", "connect_timeout": 5},
+                            "debug_botocore_endpoint_logs": True})
+    assert not res["failed"] and not res["changed"], res
+    assert res["resource_actions"] == ["eks:ListPodIdentityAssociations"]
