@@ -60,7 +60,7 @@ def _crc24(data: bytes) -> int:
     crc = 0xB704CE
     for byte in data:
         crc ^= byte << 16
-        for _ in range(8):
+        for _bit in range(8):
             crc <<= 1
             if crc & 0x1000000:
                 crc ^= 0x1864CFB
@@ -175,8 +175,8 @@ def openpgp_key(text: str, fingerprint: str = "", what: str = "the key") -> str:
             "Nothing was written.")
     if want and primaries[0] != want:
         raise AnsibleFilterError(
-            f"{what}: the key's fingerprint is {primaries[0]}, not the pinned {want}. Nothing was written. Check where "
-            "the key comes from, or pin the fingerprint its publisher gives for it.")
+            f"{what} has the fingerprint(s) {primaries[0]}, not {want}, the pinned one. Nothing was written. Check "
+            "where the key comes from, or pin the fingerprint its publisher gives for it.")
     return _armor(b"".join(raw for tag, raw, _body in packets if tag != TRUST))
 
 
