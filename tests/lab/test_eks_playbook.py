@@ -14,6 +14,7 @@ import time
 import uuid
 
 import pytest
+import yaml
 from kubernetes import client
 
 from ansible_output import recap
@@ -249,6 +250,11 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
         ng = aws["eks"].describe_nodegroup(clusterName=cluster, nodegroupName="gpu")["nodegroup"]
         assert ng["amiType"] == "AL2023_x86_64_NVIDIA" and ng["scalingConfig"]["minSize"] == 0
         assert ng["labels"] == {**labels, dp_label: "true", "k8s.amazonaws.com/accelerator": "nvidia-a10g"}
+        # GPU isolation (issue 34 item 7): the nodes start from the launch template whose user data sets the
+        # toolkit, and the device plugin passes GPUs with the one strategy those nodes accept.
+        assert ng["launchTemplate"]["name"] == f"{cluster}-gpu-gpu-isolation"
+        cm = core.read_namespaced_config_map(f"k8sgpu-eks-dp-{pool}-config", namespace)
+        assert yaml.safe_load(cm.data["config.yaml"])["flags"]["plugin"]["deviceListStrategy"] == ["volume-mounts"]
         assert ca.wait_scaled_to_zero(60), ca.errors
         # The autoscaler's IAM role, trusted by Pod Identity with its policy, associated with its ServiceAccount.
         role = aws["iam"].get_role(RoleName=f"k8sgpu-ca-{pool}")["Role"]
@@ -267,10 +273,13 @@ def test_eks_playbook_nodegroup_scale_from_zero_idempotent_and_teardown(
         assert len(ca.scale_ups) == 2 and ca.scale_ups[1].pod_running
         assert ca.wait_scaled_to_zero(60), ca.errors
 
-    # Teardown, twice: the cluster-autoscaler, the nodegroup, the Pod Identity association, its role.
+    # Teardown, twice: the cluster-autoscaler, the nodegroup, its launch template, the Pod Identity association,
+    # its role.
     rc, out, stats = play(k8sgpu_eks_state="absent")
-    assert rc == 0 and stats["changed"] == 4, out[-4000:]
+    assert rc == 0 and stats["changed"] == 5, out[-4000:]
     assert aws["eks"].list_nodegroups(clusterName=cluster)["nodegroups"] == []
+    assert aws["ec2"].describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [
+        f"{cluster}-gpu-gpu-isolation"]}])["LaunchTemplates"] == []
     assert cloud_pi.pod_identity_associations(aws, cluster) == []
     assert f"k8sgpu-ca-{pool}" not in {r["RoleName"] for r in aws["iam"].list_roles()["Roles"]}
     with pytest.raises(client.ApiException) as gone:
