@@ -246,3 +246,31 @@ def test_backup_dir_inside_the_drop_in_directory_is_refused(module, tmp_path):
                      backup_dir=str(drop_in.parent / "backups"))
     assert rc != 0 and f"is inside {drop_in.parent}" in res["msg"] and "Nothing was changed" in res["msg"], res
     assert not drop_in.exists()
+
+
+REGISTRY_SECRETS = ("Reg-Pw-5e1f", "QXV0aC1iNjQ=", "Ident-Tok-7a2c", "Mirror-Pw-9d3b")
+V2_WITH_CREDENTIALS = f"""version = 2
+[plugins."io.containerd.grpc.v1.cri".registry.configs."registry.corp:5000".auth]
+  username = "puller"
+  password = "{REGISTRY_SECRETS[0]}"
+  auth = "{REGISTRY_SECRETS[1]}"
+  identitytoken = "{REGISTRY_SECRETS[2]}"
+[plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]
+  endpoint = ["https://pull:{REGISTRY_SECRETS[3]}@mirror.corp"]
+""".encode()
+
+
+def test_registry_credentials_never_in_the_diff_or_verbose_output(module, tmp_path):
+    """Issue 34.8: the real nvidia-ctk rewrites the main file (imports) in its own layout; the diff and -vvv output
+    show it redacted (auth table, mirror userinfo), the file keeps the credentials, and its mode is kept."""
+    config, drop_in = containerd_paths(tmp_path)
+    config.parent.mkdir(parents=True)
+    config.write_bytes(V2_WITH_CREDENTIALS)
+    config.chmod(0o600)
+    rc, res = module("--diff", "-vvv", runtime="containerd", config_path=str(config), drop_in_path=str(drop_in))
+    assert rc == 0 and res["changed"], res
+    for secret in REGISTRY_SECRETS:
+        assert secret not in res["_stdout"], f"{secret} printed"
+        assert secret in config.read_text()
+    assert 'password = "********"' in res["_stdout"] and "https://********@mirror.corp" in res["_stdout"]
+    assert oct(config.stat().st_mode & 0o777) == "0o600"
