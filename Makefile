@@ -82,8 +82,10 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # with, beside them, the steps named in INTEGRATION_BESIDE, one after the
 # other (lint and sanity: about 2.5 min of one core, which no longer delays
 # the lab tests; cloud: moto, 0.8 core; molecule: both cores only while DKMS
-# builds; compat: ansible-core 2.17's unit tests and syntax checks, one core;
-# together they end 25-30 min before the lab tests do). They
+# builds; compat: the unit tests and syntax checks at both ends of the
+# dependency ranges, one core; requirements-install: pip installs of the
+# user's requirements files, mostly network; together they end 25-30 min
+# before the lab tests do). They
 # share no container, network, namespace or port: molecule's containers are its
 # own, the lab tests use the lab's node containers and API server, cloud only
 # loopback, lint and sanity only the checkout and temporary directories.
@@ -94,7 +96,7 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # when they end (log: $(BESIDE_LOG)); make test fails if either side fails;
 # an interrupt stops both (the side steps run in a process group of their own).
 # INTEGRATION_BESIDE= runs every step one after the other (lint, sanity, cloud,
-# molecule, compat, lab, integration).
+# molecule, compat, requirements-install, lab, integration).
 INTEGRATION_BESIDE ?= lint sanity cloud molecule compat requirements-install
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
 test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molecule, compat (both ends), requirements-install, lab integration

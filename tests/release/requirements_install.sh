@@ -2,9 +2,10 @@
 # The README's install step, as a user runs it: each requirements file of the collection (the ones the tarball
 # ships: requirements.txt, -gke, -eks, -cert, and -ee, which includes them all) installed with `pip install -r` into
 # a fresh venv, once with the pip that Python 3.11 and 3.12 bundle (23.2.1, the oldest supported: what `python3 -m
-# venv` gives) and once with the newest pip on PyPI. Fails when an install fails or takes longer than the bound
-# (REQUIREMENTS_INSTALL_TIMEOUT, 180 s): a resolver that backtracks (kubernetes 37 against botocore's
-# python-dateutil<3 took pip 23.2 more than 10 minutes without an end) is a failure, not a slow pass.
+# venv` gives) and once with the newest pip on PyPI. Fails when an install fails, when pip's resolver backtracks
+# (it says "pip is looking at multiple versions of ...": kubernetes 37 against botocore's python-dateutil<3 made
+# pip 23.2 download 144 botocore wheels without an end) or when one takes longer than the bound
+# (REQUIREMENTS_INSTALL_TIMEOUT, 180 s).
 #   tests/release/requirements_install.sh [requirements file ...]
 # PYTHON picks the interpreter (default python3); pip's cache is the user's (warm in CI after the first run):
 # PIP_NO_CACHE_DIR=1 measures a cold install. Prints each install's time and what it resolved.
@@ -42,7 +43,8 @@ for pipv in oldest newest; do
     fi
     t0=$(date +%s%N)
     r=0
-    timeout "$bound" "$env/bin/python" -m pip install -q -r "$f" >"$work/log" 2>&1 || r=$?
+    # --no-compile: the .pyc files are CPU only (a minute of a busy CI machine for -ee), not what is checked here.
+    timeout "$bound" "$env/bin/python" -m pip install --no-compile --progress-bar off -r "$f" >"$work/log" 2>&1 || r=$?
     ms=$(( ($(date +%s%N) - t0) / 1000000 ))
     if [ "$r" -ne 0 ]; then
       rc=1
@@ -50,6 +52,11 @@ for pipv in oldest newest; do
       else echo "FAILED: $name with pip $v (exit $r) after $ms ms:" >&2; fi
       tail -n 30 "$work/log" >&2
       continue
+    fi
+    back=$(grep -o 'pip is looking at multiple versions of [^ ]*' "$work/log" | sort -u | sed 's/.* of //' | tr '\n' ' ')
+    if [ -n "$back" ]; then
+      rc=1; echo "FAILED: $name with pip $v: the resolver backtracks over $back($ms ms):" >&2
+      grep -E '^(INFO|Collecting|  Downloading)' "$work/log" | tail -n 30 >&2
     fi
     "$env/bin/python" -m pip check >"$work/check" 2>&1 || { rc=1; echo "FAILED: pip check after $name with pip $v:" >&2; cat "$work/check" >&2; }
     pins=$("$env/bin/python" -m pip list --format=freeze 2>/dev/null \
