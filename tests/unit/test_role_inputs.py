@@ -112,10 +112,12 @@ def test_quantity_refused(bad):
 
 
 def test_resources_quantities_keys_and_request_over_limit():
-    resources = {"requests": {"cpu": "10 m", "memory": "1Gi"}, "limits": {"memory": "512Mi"}, "limit": {}}
+    resources = {"requests": {"cpu": "10 m", "memory": "1Gi"}, "limits": {"memory": "512Mi"}}
     errors = run("device_plugin", device_plugin_resources=resources)[0]
     assert any("device_plugin_resources.requests.cpu is '10 m'" in e for e in errors), errors
-    assert any("device_plugin_resources has 'limit'" in e for e in errors), errors
+    # a misspelt key: the argument spec's suboptions name the ones supported
+    (error,) = run("device_plugin", device_plugin_resources={"limit": {}})[0]
+    assert "device_plugin_resources.limit. Supported parameters include: limits, requests" in error
     assert any("requests.memory '1Gi' is more than limits.memory '512Mi'" in e for e in errors), errors
     assert ri.to_number("1Gi") == 2 ** 30 and ri.to_number("500m") == 0.5
 

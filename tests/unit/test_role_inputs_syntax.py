@@ -240,3 +240,49 @@ def test_the_lab_and_example_inventories_pass():
         for doc in docs:
             walk(doc, path.relative_to(ROOT))
     assert not bad, bad
+
+
+# Free-form mappings and lists of objects passed through as they are, each with the reason it has no suboptions.
+FREE_MAPS = {
+    "karpenter_gpu_ec2_tags": "AWS tags: any keys and values",
+    "karpenter_feature_gates": "Karpenter's feature gates, name to true/false, passed through",
+    "device_plugin_helm_values": "Helm values of the chart, merged over the role's",
+    "karpenter_gpu_node_class": "more EC2NodeClass spec fields, passed through",
+    "container_toolkit_docker_settings": "daemon.json settings (container_toolkit role, helper H1)",
+    "container_toolkit_config_settings": "config.toml settings (container_toolkit role, helper H1)",
+    "_k8s_objects": "Kubernetes objects (private role _k8s, helper H5)",
+    "_k8s_removed": "Kubernetes object references (private role _k8s, helper H5)",
+    "_k8s_resource": "one Kubernetes object (private role _k8s, helper H5)",
+}
+
+
+def test_every_mapping_or_list_of_mappings_has_suboptions_or_a_rule_for_its_keys():
+    missing = []
+    for role, name, spec in all_options():
+        kind = spec.get("type", "str")
+        if not (kind == "dict" or (kind == "list" and spec.get("elements") == "dict")):
+            continue
+        if spec.get("options") or name in FREE_MAPS:
+            continue
+        if ri.syntax_kind(role, name, spec) is not None or name in ri.RULES.get(role, {}):
+            continue
+        missing.append("%s: %s" % (role, name))
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("role,name,value,text", [
+    ("karpenter_gpu", "karpenter_gpu_extra_requirements", [{"key": "a", "operator": "Inn", "values": ["x"]}],
+     "value of operator must be one of: In, NotIn, Exists, DoesNotExist, Gt, Lt, got: Inn"),
+    ("karpenter_gpu", "karpenter_gpu_block_device_mappings", [{"deviceName": "/dev/xvda", "ebs": {"volumSize": "1Gi"}}],
+     "volumSize"),
+    ("karpenter", "karpenter_extra_env", [{"nmae": "A", "value": "1"}], "nmae"),
+    ("gpu_dashboard", "gpu_dashboard_extra", [{"name": "x"}], "path"),
+    ("dcgm_exporter", "dcgm_exporter_extra_counters", [{"field": "DCGM_FI_DEV_X", "type": "gauges"}],
+     "gauge, counter, histogram, summary, label"),
+    ("gpu_metrics_adapter", "gpu_metrics_adapter_extra_rules", [{"seriesQuery": "x"}], "metricsQuery"),
+    ("cluster_autoscaler", "cluster_autoscaler_resources", {"request": {"cpu": "1"}}, "request"),
+])
+def test_suboptions_refuse_misspelt_or_missing_fields(role, name, value, text):
+    from test_role_inputs import run
+    errors = run(role, **{name: value})[0]
+    assert any(text in e and name in e for e in errors), errors
