@@ -162,6 +162,16 @@ release-check: venv importer-venv  ## version_added and changelog against galaxy
 	  if [ ! -f $$ctx/collections/$$t ] || ! grep -qx -- "- name: collections/$$t" $$ctx/requirements.yml; then \
 	    echo "execution-environment.yml does not install $$t (galaxy.yml's version): update its src and name"; exit 1; fi; \
 	  echo "ansible-builder create: the build context installs $$t ($(RELEASE_DIR)/ee-context)"
+	@# What ansible-builder's introspection finds in the tarball (meta/execution-environment.yml ->
+	@# requirements-ee.txt and its -r lines): every requirement of the user's four requirements files.
+	: >$(RELEASE_DIR)/empty.cfg; ANSIBLE_CONFIG=$(RELEASE_DIR)/empty.cfg ANSIBLE_HOME=$(RELEASE_DIR)/home \
+	  ansible-galaxy collection install --no-deps \
+	  -p $(RELEASE_DIR)/introspect $(COLLECTION_TARBALL) >/dev/null 2>&1
+	found=$$(ansible-builder introspect $(RELEASE_DIR)/introspect 2>/dev/null | sed -n "s/^- '\([^ ]*\) .*/\1/p"); \
+	  missing=$$(grep -hvE '^[[:space:]]*(#|-r|$$)' requirements.txt requirements-gke.txt requirements-eks.txt \
+	    requirements-cert.txt | grep -vxF -f <(echo "$$found") || true); \
+	  if [ -n "$$missing" ]; then echo "ansible-builder introspect does not find: $$missing"; exit 1; fi; \
+	  echo "ansible-builder introspect: the execution environment gets all $$(echo "$$found" | wc -l) requirements"
 
 # The dependency collections at both ends of galaxy.yml's ranges, from PyPI's `ansible` wheels (pip download
 # --no-deps; pip's cache keeps them; tests/release/compat_collections.py unpacks only kubernetes.core and amazon.aws

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The collection as a user gets it: build the tarball, check it holds nothing development-only, install it
-# (--no-deps, into a temporary collections path) and run every playbook by FQCN from the installed copy:
+# (--offline beside the dependency collections, into a temporary collections path) and run every playbook by FQCN
+# from the installed copy:
 # --syntax-check of k8sgpu.nvidia.site and of every playbooks/*.yml, --list-tasks of site, each against the
 # example inventory that ships with it. The dependency collections, only those galaxy.yml declares, come from
 # DEPS_COLLECTIONS_PATH (a directory holding ansible_collections/, by default the site-packages of .venv's
@@ -42,8 +43,12 @@ for need in MANIFEST.json FILES.json README.md LICENSE requirements.txt requirem
   grep -qx "$need" <<<"$listing" || { echo "missing from the tarball: $need" >&2; exit 1; }
 done
 
-ansible-galaxy collection install --no-deps --force -p "$work/installed" "$tarball" >"$work/install.log" 2>&1 \
-  || { cat "$work/install.log" >&2; exit 1; }
+# As the README's offline install: the dependencies are the ones under test ($deps), which ansible-galaxy checks
+# against galaxy.yml's ranges (amazon.aws <11.0.0 failed here beside PyPI's ansible 14's 11.4.0).
+ANSIBLE_COLLECTIONS_PATH="$work/installed:$deps" ansible-galaxy collection install --offline --force \
+  -p "$work/installed" "$tarball" >"$work/install.log" 2>&1 || { cat "$work/install.log" >&2; exit 1; }
+[ ! -e "$work/installed/ansible_collections/kubernetes" ] && [ ! -e "$work/installed/ansible_collections/amazon" ] \
+  || { echo "the offline install installed a dependency instead of using $deps:" >&2; cat "$work/install.log" >&2; exit 1; }
 root=$work/installed/ansible_collections/k8sgpu/nvidia
 # Only the collections the tarball declares (MANIFEST.json's dependencies), taken from $deps: a playbook or role
 # that calls an undeclared collection fails its syntax check (unresolved module) instead of finding it there.
