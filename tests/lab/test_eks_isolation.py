@@ -42,7 +42,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._eks_user_data impor
     script_of,
 )
 
-PROBE = "/tmp/k8sgpu-eks-probe"
+PROBE = "/root/k8sgpu-eks-probe"  # not /tmp: noexec in the node container
 USER_DATA = "/var/lib/cloud/instance/scripts/part-001"  # where cloud-init puts a text/x-shellscript part
 # The rehearsal's check (tests/lab/test_k8s_node_rehearsal.py): the runtime's own words for its decision.
 IGNORED = re.compile(r"Ignoring devices requested by environment variable\(s\) in unprivileged container: "
@@ -132,7 +132,8 @@ def run_user_data(path: str = "/usr/sbin:/usr/bin:/sbin:/bin") -> subprocess.Com
 
 def test_toolkit_default_passes_the_variable_and_ignores_the_mount(ami_default):
     """Without the user data: the hole (and the device plugin's volume-mounts strategy not working)."""
-    log, _handed, _ran = probe("default-envvar", ENVVAR_POD)
+    log, _handed, ran = probe("default-envvar", ENVVAR_POD)
+    assert not ran, log  # every GPU asked for: no GPU here, so the spec cannot be built and runc is never called
     assert not IGNORED.search(log), log
     assert NOTHING not in log, log
     # The variable was taken as a request for every GPU of the node (no GPU here: the spec cannot be built).
@@ -157,7 +158,11 @@ def test_user_data_isolates_gpus_with_the_real_nvidia_ctk_and_runtime(ami_defaul
     log, handed, ran = probe("isolated-envvar", ENVVAR_POD)
     assert IGNORED.search(log), log
     assert NOTHING in log, log
-    assert ran and handed == ENVVAR_POD, handed
+    assert ran, log
+    # The spec it handed to runc (re-serialised by the runtime): no device, mount, hook or variable added.
+    assert handed["process"]["env"] == ENVVAR_POD["process"]["env"], handed
+    assert handed["mounts"] == ENVVAR_POD["mounts"] and not handed.get("hooks"), handed
+    assert not handed["linux"].get("devices"), handed
     # The device plugin's volume-mounts request asks for exactly the mounted GPU.
     log, _handed, _ran = probe("isolated-mount", MOUNT_POD)
     assert requested("GPU-eks-probe").search(log) and NOTHING not in log, log
