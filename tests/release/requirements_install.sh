@@ -19,6 +19,7 @@ if [ $# -gt 0 ]; then files=("$@"); else
          "$repo"/requirements-cert.txt "$repo"/requirements-ee.txt); fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+trap 'echo "requirements_install.sh: failed at line $LINENO" >&2' ERR
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
 # The two pips as wheels, downloaded once: each fresh venv gets its pip from them (offline).
@@ -53,14 +54,16 @@ for pipv in oldest newest; do
       tail -n 30 "$work/log" >&2
       continue
     fi
-    back=$(grep -o 'pip is looking at multiple versions of [^ ]*' "$work/log" | sort -u | sed 's/.* of //' | tr '\n' ' ')
+    back=$( (grep -o 'pip is looking at multiple versions of [^ ]*' "$work/log" || true) | sort -u | sed 's/.* of //' \
+      | tr '\n' ' ')
     if [ -n "$back" ]; then
       rc=1; echo "FAILED: $name with pip $v: the resolver backtracks over $back($ms ms):" >&2
       grep -E '^(INFO|Collecting|  Downloading)' "$work/log" | tail -n 30 >&2
     fi
     "$env/bin/python" -m pip check >"$work/check" 2>&1 || { rc=1; echo "FAILED: pip check after $name with pip $v:" >&2; cat "$work/check" >&2; }
     pins=$("$env/bin/python" -m pip list --format=freeze 2>/dev/null \
-      | grep -iE '^(kubernetes|boto3|botocore|python-dateutil|google-cloud-container|google-auth|cryptography)==' | tr '\n' ' ')
+      | grep -iE '^(kubernetes|boto3|botocore|python-dateutil|google-cloud-container|google-auth|cryptography)==' \
+      | tr '\n' ' ' || true)
     printf 'requirements install: %-22s pip %-7s %6d ms  %s\n' "$name" "$v" "$ms" "$pins"
     rm -rf "$env"
   done
