@@ -105,10 +105,7 @@ PENDING_FILTER_RENAMES = {
     "apt_proxy.py": "apt_proxy_lines.py, apt_proxy_auth.py, apt_proxy_redact.py",
     "openpgp.py": "openpgp_fingerprints.py, openpgp_fingerprint_normalize.py, openpgp_key.py",
     "metrics_adapter.py": "gpu_adapter_rules.py, adapter_helm_values.py, adapter_rbac_rules.py",
-    "node_maintenance.py": ("maintenance_plan.py, drain_blockers.py, step_times.py, maintenance_settings.py, "
-                            "maintenance_health.py, maintenance_throttle.py, maintenance_batch.py"),
     "eks_node_bootstrap.py": "eks_gpu_user_data.py",
-    "node_name.py": "node_name.py (node_name.yml inline), node_names.py",
     "take_over_fields.py": "take_over_fields.py (take_over_fields.yml inline)",
 }
 
