@@ -22,12 +22,21 @@ description:
   - Applies the checks an argument spec cannot express, each role's own (ranges, percentages, weights, Kubernetes
     quantities and durations, a driver version of the branch asked for, relations inside tolerations and taints).
     Settings a role already checks in its own preflight, before any change, are left to it.
+  - Checks the syntax of every input that becomes a Kubernetes name (DNS-1123 subdomain, or label where Kubernetes needs
+    one, DNS-1035 label for a Service), namespace, label key or value, annotation key, taint key or value, a host path
+    (absolute, normalised, no C(..), no newline) or an apt proxy URL (scheme, host and port, nothing else), in the
+    words and regular expressions of Kubernetes' own validation, so that no value can add structure to the YAML a
+    role renders. Which check an option gets follows from its name (C(_namespace), C(_name), C(_labels), C(_dir) ...)
+    and, for the exceptions, a table; a unit test keeps every role's options covered.
   - Each refusal names the role, the variable (with its path inside a list or mapping), the value given and what is
     accepted. All refusals of the role are reported together.
   - Warns about each variable with the role's prefix that no entry point of the role knows (a misspelt name has no
     effect), naming the closest known variable. A variable with the longer prefix of another role of the
     collection (V(karpenter_gpu_) from V(karpenter)), a registered result, a fact and the role's own vars are not
     reported.
+  - Warns, once per run, about each C(k8sgpu_*) variable that is not one of the collection's shared variables (a
+    misspelt V(k8sgpu_kubconfig) would leave the roles on the default kubeconfig), naming the closest one. The
+    internal C(_k8sgpu_*) variables are not reported.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
