@@ -16,8 +16,8 @@ WHERE = ["README.md", "docs", "playbooks", "roles", "inventories", "molecule", "
 # nor part of a dotted or longer name.
 USE = re.compile(r"(?<![\w&*.$/-])k8sgpu_[a-z0-9_]*[a-z0-9](?![\w.])")
 # k8sgpu_* words that are not variables: the scale check's prefixes (it reads <prefix>_verify_timeout ...), and the
-# tests' Python package.
-NOT_VARIABLES = {"k8sgpu_eks", "k8sgpu_gke", "k8sgpu_testlib"}
+# tests' Python package, and the misspelling role_inputs' documentation shows as an example.
+NOT_VARIABLES = {"k8sgpu_eks", "k8sgpu_gke", "k8sgpu_testlib", "k8sgpu_kubconfig"}
 
 
 def used_names():
