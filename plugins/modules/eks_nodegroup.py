@@ -333,6 +333,15 @@ gpu_count:
   returned: with O(autoscaler_tags) and O(state=present)
   type: int
   sample: 1
+resource_actions:
+  description:
+    - The AWS operations the task called, C(<service>:<Operation>), sorted and each once - for a least privilege IAM
+      policy.
+  returned: with O(debug_botocore_endpoint_logs=true), also when the task fails
+  type: list
+  elements: str
+  sample: ["ec2:DescribeInstanceTypes", "eks:CreateNodegroup", "eks:DescribeNodegroup"]
+  version_added: 1.1.0
 """
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks as eks

@@ -68,7 +68,7 @@ mkdir -p "$RUN_DIR"
 # beside it in the same tree (ansible-doc and validate-modules resolve doc
 # fragments and module_utils there).
 SITE=$("$PY" -c 'import ansible_collections; print(list(ansible_collections.__path__)[0])')
-for ns in kubernetes community ansible; do
+for ns in kubernetes community ansible amazon; do
   [ -d "$SITE/$ns" ] && ln -s "$SITE/$ns" "$WORK/ansible_collections/$ns"
 done
 cd "$RUN_DIR"
