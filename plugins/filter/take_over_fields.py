@@ -3,6 +3,60 @@
 """Server-side apply: hand the fields another field manager set over to ours."""
 from __future__ import annotations
 
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: take_over_fields
+version_added: 1.0.0
+short_description: Hand the fields other field managers set to ours, for server-side apply
+description:
+  - Returns an object's C(metadata.managedFields) with the entries of the given managers that have operation C(Update)
+    on the main resource (not a subresource such as C(status)) merged into the given manager's C(Apply) entry,
+    which is created when there is none. Other entries are kept as they are.
+  - Server-side apply removes a field the applied configuration no longer has only when the applier is its only
+    owner. Fields an object got from a merge patch or an update belong to that request's manager and would never
+    be removed; written back once (a JSON patch of C(/metadata/managedFields)), they become the applier's.
+  - The same list is returned when none of the managers has such an entry, so a task can compare to decide
+    whether to patch.
+positional: _input, managers, manager
+options:
+  _input:
+    description: The object's C(metadata.managedFields).
+    type: list
+    elements: dict
+    required: true
+  managers:
+    description: Field managers whose fields to take over, for example C(OpenAPI-Generator), the name the API server
+      gives requests of the Python kubernetes client that name no field manager.
+    type: list
+    elements: str
+    required: true
+  manager:
+    description: The field manager that takes them, the one the apply uses.
+    type: str
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Take over the fields set by merge patches before moving to server-side apply
+  kubernetes.core.k8s_json_patch:
+    kind: DaemonSet
+    namespace: kube-system
+    name: my-daemonset
+    patch:
+      - {op: test, path: /metadata/resourceVersion, value: "{{ live.metadata.resourceVersion }}"}
+      - op: replace
+        path: /metadata/managedFields
+        value: "{{ live.metadata.managedFields | k8sgpu.nvidia.take_over_fields(['OpenAPI-Generator'], 'my-manager') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The managedFields to write back.
+  type: list
+  elements: dict
+"""
+
 import copy
 from collections.abc import Mapping, Sequence
 from typing import Any

@@ -20,7 +20,7 @@ from ansible_output import recap
 from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
 
 sys.path.insert(0, str(ROOT / "collections"))
-from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp import openpgp_fingerprints  # noqa: E402
+from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprints  # noqa: E402
 
 NODE = f"{LAB_NAME}-toolkit-site"
 IMAGE = "k8sgpu-lab/debian:bookworm"

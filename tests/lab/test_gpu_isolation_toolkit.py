@@ -30,7 +30,7 @@ from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
 sys.path.insert(0, str(ROOT / "lab"))
 sys.path.insert(0, str(ROOT / "collections"))
 from topology import node as kwok_node  # noqa: E402  # pylint: disable=wrong-import-position
-from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp import openpgp_fingerprints  # noqa: E402
+from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprints  # noqa: E402
 
 HOST = f"{LAB_NAME}-isolation-1"
 CONFIG = "/etc/nvidia-container-runtime/config.toml"

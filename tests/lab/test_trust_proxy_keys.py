@@ -33,7 +33,7 @@ from ansible_output import recap
 from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
 
 sys.path.insert(0, str(ROOT / "collections"))
-from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp import openpgp_fingerprints  # noqa: E402
+from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprints  # noqa: E402
 
 NODE = f"{LAB_NAME}-trust-1"  # Debian 12
 CACHE = Path(os.environ.get("K8SGPU_CACHE", Path.home() / ".cache/k8sgpu-lab"))

@@ -101,13 +101,7 @@ def check_execution_environment(root: Path, version: str) -> list[str]:
 # Filter files awaiting their split or rename by the lead (files other helpers are editing): name -> the files they
 # become, one per filter, each with its filter's documentation inline. Tolerated here, printed as a note; remove each
 # entry once done.
-PENDING_FILTER_RENAMES = {
-    "apt_proxy.py": "apt_proxy_lines.py, apt_proxy_auth.py, apt_proxy_redact.py",
-    "openpgp.py": "openpgp_fingerprints.py, openpgp_fingerprint_normalize.py, openpgp_key.py",
-    "metrics_adapter.py": "gpu_adapter_rules.py, adapter_helm_values.py, adapter_rbac_rules.py",
-    "eks_node_bootstrap.py": "eks_gpu_user_data.py",
-    "take_over_fields.py": "take_over_fields.py (take_over_fields.yml inline)",
-}
+PENDING_FILTER_RENAMES: dict[str, str] = {}
 
 
 def filter_names(path: Path) -> list[str]:

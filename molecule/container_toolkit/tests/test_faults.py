@@ -17,7 +17,7 @@ from ansible_output import recap  # noqa: E402
 def lab_key_fingerprint() -> str:
     """The fingerprint of the lab's toolkit repository key, from its copy in the lab's cache."""
     sys.path.insert(0, str(ROOT / "collections"))
-    from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp import openpgp_fingerprints  # noqa: E402
+    from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprints  # noqa: E402
 
     cache = Path(os.environ.get("K8SGPU_CACHE", Path.home() / ".cache/k8sgpu-lab"))
     mirror = os.environ["K8SGPU_LAB_TOOLKIT_MIRROR"].split("/k8sgpu-mirror/", 1)[1]

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy import apt_proxy_auth, apt_proxy_lines, apt_proxy_redact
-from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp import (
+from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_lines import apt_proxy_auth, apt_proxy_lines, apt_proxy_redact
+from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import (
     openpgp_fingerprint_normalize,
     openpgp_fingerprints,
 )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.eks_node_bootstrap import FilterModule, eks_gpu_user_data
+from ansible_collections.k8sgpu.nvidia.plugins.filter.eks_gpu_user_data import FilterModule, eks_gpu_user_data
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks_user_data as ud
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_ctk import TOOLKIT_CONFIG_PATH, config_command
 

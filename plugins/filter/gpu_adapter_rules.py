@@ -4,6 +4,54 @@
 those rules need (the adapter's read access to the objects they name, the HPA's read access to the metrics)."""
 from __future__ import annotations
 
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: gpu_adapter_rules
+version_added: 1.0.0
+short_description: prometheus-adapter rules for the DCGM exporter's GPU utilisation
+description:
+  - Returns the adapter's configuration (its C(--config) file) with custom rules only.
+  - A per-pod rule serves O(metric) for pods, mapping the exporter's C(exported_namespace)/C(exported_pod) labels
+    (the pod's labels, renamed by Prometheus because the ServiceMonitor keeps C(honorLabels) false) to the namespace
+    and pod resources.
+  - An object rule serves O(object_metric) on C(Service/<exporter_service>) in each namespace - O(aggregation) over
+    the GPUs that pods of that namespace hold, from series whose C(service) target label is O(_input).
+positional: _input, metric, aggregation, object_metric, extra_rules
+options:
+  _input:
+    description: Name of the DCGM exporter's Service.
+    type: str
+    required: true
+  metric:
+    description: The exporter's metric, served per pod under the same name.
+    type: str
+    default: DCGM_FI_DEV_GPU_UTIL
+  aggregation:
+    description: How values of several GPUs combine.
+    type: str
+    choices: [avg, max, min, sum]
+    default: avg
+  object_metric:
+    description: Name of the object metric.
+    type: str
+    default: DCGM_FI_DEV_GPU_UTIL_AVG
+  extra_rules:
+    description: More adapter rules, appended as they are.
+    type: list
+    elements: dict
+"""
+
+EXAMPLES = r"""
+adapter_config: "{{ 'dcgm-exporter' | k8sgpu.nvidia.gpu_adapter_rules }}"
+"""
+
+RETURN = r"""
+_value:
+  description: "The adapter configuration, C({rules: [...]})."
+  type: dict
+"""
+
 import re
 from urllib.parse import urlsplit
 
@@ -197,5 +245,4 @@ def _check_no_wildcard(rules: list) -> None:
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"gpu_adapter_rules": gpu_adapter_rules, "adapter_helm_values": adapter_helm_values,
-                "adapter_rbac_rules": adapter_rbac_rules}
+        return {"gpu_adapter_rules": gpu_adapter_rules}

@@ -1,0 +1,42 @@
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The adapter_helm_values filter (its code is gpu_adapter_rules.py's, beside the filters it works with)."""
+from __future__ import annotations
+
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: adapter_helm_values
+version_added: 1.0.0
+short_description: Helm values for the prometheus-community/prometheus-adapter chart from an adapter configuration
+description:
+  - Splits the Prometheus URL into the chart's C(prometheus.url), C(prometheus.port) and C(prometheus.path), turns
+    the chart's default rules off, and passes the configuration's rules as C(rules.custom).
+positional: _input, prometheus_url
+options:
+  _input:
+    description: Adapter configuration (P(k8sgpu.nvidia.gpu_adapter_rules#filter)).
+    type: dict
+    required: true
+  prometheus_url:
+    description: http(s) URL of Prometheus.
+    type: str
+    required: true
+"""
+
+EXAMPLES = r"""
+values: "{{ 'dcgm-exporter' | k8sgpu.nvidia.gpu_adapter_rules | k8sgpu.nvidia.adapter_helm_values('http://prometheus-operated.monitoring.svc:9090') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Chart values.
+  type: dict
+"""
+
+from ansible_collections.k8sgpu.nvidia.plugins.filter.gpu_adapter_rules import adapter_helm_values
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"adapter_helm_values": adapter_helm_values}

@@ -1,0 +1,37 @@
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The openpgp_fingerprint_normalize filter (its code is openpgp_fingerprints.py's, beside the filters it works with)."""
+from __future__ import annotations
+
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: openpgp_fingerprint_normalize
+version_added: 1.0.0
+short_description: A fingerprint as written by people, in the form openpgp_fingerprints returns
+description:
+  - Removes white space and a leading C(0x), and upper-cases the hex digits.
+positional: _input
+options:
+  _input:
+    description: A fingerprint, for example C(C95B 321B 61E8 8C18 09C4  F759 DDCA E044 F796 ECB0).
+    type: str
+    required: true
+"""
+
+EXAMPLES = r"""
+pinned: "{{ 'c95b 321b 61e8 8c18 09c4  f759 ddca e044 f796 ecb0' | k8sgpu.nvidia.openpgp_fingerprint_normalize }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The fingerprint, upper-case hex without spaces.
+  type: str
+"""
+
+from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprint_normalize
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"openpgp_fingerprint_normalize": openpgp_fingerprint_normalize}
