@@ -47,7 +47,7 @@ except ImportError:
     BOTO3_IMPORT_ERROR = traceback.format_exc()
     BotoCoreError = ClientError = EndpointConnectionError = Exception  # for except clauses; never raised without boto3
 
-# The oldest boto3/botocore whose EKS model has the AL2023 NVIDIA AMI types (see requirements.txt).
+# The oldest boto3/botocore whose EKS model has the AL2023 NVIDIA AMI types (see requirements-eks.txt).
 MIN_BOTOCORE = (1, 37, 35)
 
 # The collection's own connection option, beside amazon.aws's (documented in plugins/doc_fragments/aws.py).
@@ -117,12 +117,12 @@ def aws_module(argument_spec: dict, **kwargs) -> AnsibleModule:
                 "ansible-galaxy collection install amazon.aws")
     module = AWSModule(argument_spec={**argument_spec, **amazon[0](), **AWS_EXTRA_ARG_SPEC}, **kwargs)
     if not HAS_BOTO3:
-        module.fail_json(msg=missing_required_lib("boto3 and botocore (pip install -r requirements.txt)"),
+        module.fail_json(msg=missing_required_lib("boto3 and botocore (pip install -r requirements-eks.txt)"),
                          exception=BOTO3_IMPORT_ERROR)
     version = tuple(int(p) for p in botocore.__version__.split(".")[:3] if p.isdigit())
     if version < MIN_BOTOCORE:
         module.warn(f"botocore {botocore.__version__} is older than {'.'.join(map(str, MIN_BOTOCORE))}: its EKS model "
-                    "lacks AMI types this module accepts; pip install -r requirements.txt")
+                    "lacks AMI types this module accepts; pip install -r requirements-eks.txt")
     return module
 
 

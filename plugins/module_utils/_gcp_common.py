@@ -70,7 +70,7 @@ def gcp_module(argument_spec: dict, **kwargs) -> AnsibleModule:
     hide_key_contents(module)
     if not HAS_GOOGLE:
         module.fail_json(msg=missing_required_lib("google-cloud-container and google-auth "
-                                                  "(pip install -r requirements.txt)"),
+                                                  "(pip install -r requirements-gke.txt)"),
                          exception=GOOGLE_IMPORT_ERROR)
     return module
 

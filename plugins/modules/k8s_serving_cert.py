@@ -259,7 +259,7 @@ def main() -> None:
     p = module.params
     if not HAS_CRYPTOGRAPHY:
         module.fail_json(msg="k8s_serving_cert needs the Python package cryptography on the host that runs it "
-                             "(pip install cryptography; ansible-core's controller has it).")
+                             "(pip install -r requirements-cert.txt; ansible-core's controller has it).")
     if not p["dns_names"]:
         module.fail_json(msg="dns_names must name at least one DNS name (the Service's <name>.<namespace>.svc)")
     if p["validity_days"] <= p["renew_before_days"] or p["renew_before_days"] < 0:

@@ -257,7 +257,7 @@ def test_fails_naming_boto3_when_missing(run, cluster, gpu_pool):
     if has:
         pytest.skip("/usr/bin/python3 has boto3: no interpreter without it here")
     r = run({"cluster_name": cluster, **gpu_pool}, python="/usr/bin/python3")
-    assert r.get("failed") and "boto3" in r["msg"] and "requirements.txt" in r["msg"]
+    assert r.get("failed") and "boto3" in r["msg"] and "requirements-eks.txt" in r["msg"]
 
 
 def test_unknown_instance_type_fails_before_create_nodegroup(run, aws, cluster, gpu_pool):

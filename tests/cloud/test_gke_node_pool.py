@@ -269,7 +269,7 @@ def test_missing_library_named(gke_run, gke_cluster, gpu_pool):
     if has:
         pytest.skip("/usr/bin/python3 has google-cloud-container: no interpreter without it here")
     r = gke_run({"cluster": gke_cluster, **gpu_pool}, python="/usr/bin/python3")
-    assert r.get("failed") and "google-cloud-container" in r["msg"] and "requirements.txt" in r["msg"]
+    assert r.get("failed") and "google-cloud-container" in r["msg"] and "requirements-gke.txt" in r["msg"]
 
 
 def test_server_is_strict(gke_server, gke_cluster, gke_run, gpu_pool):
