@@ -47,7 +47,9 @@ options:
 """
 
 EXAMPLES = r"""
-problems: "{{ k8sgpu_serial | k8sgpu.nvidia.maintenance_batch(k8sgpu_max_unavailable | default(1), ansible_play_hosts_all | length, reason='driver_reboot is reboot') }}"
+problems: >-
+  {{ k8sgpu_serial | k8sgpu.nvidia.maintenance_batch(k8sgpu_max_unavailable | default(1),
+  ansible_play_hosts_all | length, reason='driver_reboot is reboot') }}
 """
 
 RETURN = r"""
