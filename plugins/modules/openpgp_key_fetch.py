@@ -17,10 +17,10 @@ description:
   - Redirects are followed only within the URL's scheme; a redirect from C(https://) to C(http://) (or the other way)
     fails naming both URLs, before the second URL is read.
   - C(https://) is read with the host's trusted certificate authorities, the certificate and the host name checked.
-  - Why not M(ansible.builtin.uri) or M(ansible.builtin.get_url): they take a proxy only from the process
-    environment (C(environment:) on the task), where its credentials are in C(/proc/PID/environ) of the module's
-    process for the whole read and in the task's arguments at C(-vvv); and their O(ansible.builtin.uri#module:follow_redirects)
-    has no setting that keeps a redirect within the URL's scheme.
+  - Our own module because M(ansible.builtin.uri) and M(ansible.builtin.get_url) take a proxy only from the process
+    environment (C(environment) on the task), where its credentials are in C(/proc/PID/environ) of the module's
+    process for the whole read and in the task's arguments at C(-vvv), and because their
+    O(ansible.builtin.uri#module:follow_redirects) has no setting that keeps a redirect within the URL's scheme.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
