@@ -719,8 +719,8 @@ def eks_cluster_name(name, value, values):
     """An EKS cluster name (1 to 100 characters, a letter or digit first, then letters, digits, - and _)."""
     if isinstance(value, str) and re.fullmatch(r"[0-9A-Za-z][A-Za-z0-9_-]{0,99}", value):
         return []
-    return [_message(name, value, "an EKS cluster name", "1 to 100 letters, digits, '-' and '_', starting with a "
-                                                          "letter or digit (regex '[0-9A-Za-z][A-Za-z0-9_-]*')")]
+    rule = "1 to 100 letters, digits, '-' and '_', starting with a letter or digit (regex '[0-9A-Za-z][A-Za-z0-9_-]*')"
+    return [_message(name, value, "an EKS cluster name", rule)]
 
 
 def _path_problem(value, absolute):

@@ -17,7 +17,8 @@ description:
     (C(addOrUpdateLabels)/C(removeLabels), C(addOrUpdateTaints)/C(removeTaints)), together with C(scalingConfig) and
     C(updateConfig) when they differ. An option left unset is not compared.
   - Fields EKS cannot change in place (O(ami_type), O(capacity_type), O(instance_types), O(subnets), O(node_role),
-    O(disk_size), the launch template of O(launch_template) other than its version) fail the task, naming the field, the live value and the asked one; nothing is sent.
+    O(disk_size), the launch template of O(launch_template) other than its version) fail the task, naming the field,
+    the live value and the asked one; nothing is sent.
   - Enum values (O(ami_type), O(capacity_type), the taints' C(effect)) are checked against botocore's EKS service
     model (shapes C(AMITypes), C(CapacityTypes), C(TaintEffect)) before any request, so a value EKS does not know
     fails before anything is created.

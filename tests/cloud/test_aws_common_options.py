@@ -128,8 +128,8 @@ def test_group_defaults_with_amazon_aws_common_options(tls_moto, network, aws, t
     rc, results, out = play(tmp_path, {**defaults(url), "aws_ca_bundle": str(ca)}, [
         {"name": "cluster", "k8sgpu.nvidia.eks_cluster": {"name": name, "role_arn": network["role"],
                                                           "subnets": network["subnets"]}},
-        {"name": "no nodegroup", "k8sgpu.nvidia.eks_nodegroup": {"cluster_name": name, "name": "gpu-t4",
-                                                                "state": "absent"}},
+        {"name": "no nodegroup",
+         "k8sgpu.nvidia.eks_nodegroup": {"cluster_name": name, "name": "gpu-t4", "state": "absent"}},
         {"name": "amazon.aws's module with the same defaults", "amazon.aws.aws_caller_info": {}},
     ])
     assert rc == 0, out[-4000:]

@@ -230,8 +230,8 @@ def test_two_gpu_hosts_on_one_node_are_refused_before_anything_changes(core, tmp
     label = "k8sgpu-test/fleet-names"
     before = unschedulable(core)
     for args in (["playbooks/upgrade.yml", "-e", "k8sgpu_install_container_toolkit=false"],
-                 ["playbooks/kubernetes.yml", "-e", json.dumps({"k8sgpu_deploy_device_plugin": False,
-                                                                 "node_labels_labels": {label: "x"}})]):
+                 ["playbooks/kubernetes.yml", "-e",
+                  json.dumps({"k8sgpu_deploy_device_plugin": False, "node_labels_labels": {label: "x"}})]):
         res = lab_playbook(*args, inventory=inv)
         out = flat(res.stdout)
         assert res.returncode != 0, out[-3000:]

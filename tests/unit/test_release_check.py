@@ -68,8 +68,8 @@ def make_collection(tmp_path: Path, *, version="1.1.0", released=("1.0.0",), fra
                     version_added: '{role_added}'
             """))
     releases = "".join(f"  {v}:\n    release_date: '2026-11-01'\n" for v in released)
-    (root / "changelogs" / "changelog.yaml").write_text("ancestor: null\nreleases:\n" + releases if released
-                                                       else "ancestor: null\nreleases: {}\n")
+    text = "ancestor: null\nreleases:\n" + releases if released else "ancestor: null\nreleases: {}\n"
+    (root / "changelogs" / "changelog.yaml").write_text(text)
     for f in fragments:
         (root / "changelogs" / "fragments" / f).write_text("minor_changes:\n  - A change.\n")
     if ee_version:

@@ -117,8 +117,8 @@ def test_the_reviews_namespace_is_refused_before_anything_is_rendered():
     ("container_toolkit", "container_toolkit_backup_dir", "/var/backups/k8sgpu.nvidia"),
     ("gpu_alerts", "gpu_alerts_rules_file_path", "out/gpu-alerts.rules.yml"),
     ("gpu_alerts", "gpu_alerts_extra_labels", {"team": "ml ops: {x}"}),
-    ("karpenter_gpu", "karpenter_gpu_extra_requirements", [{"key": "karpenter.k8s.aws/instance-gpu-count",
-                                                             "operator": "In", "values": ["1", "2"]}]),
+    ("karpenter_gpu", "karpenter_gpu_extra_requirements",
+     [{"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "In", "values": ["1", "2"]}]),
     ("device_plugin", "device_plugin_helm_release", "nvidia-device-plugin"),
     ("karpenter", "karpenter_cluster_name", "my_cluster-1"),
 ])

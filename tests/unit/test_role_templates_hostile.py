@@ -274,8 +274,8 @@ def test_no_input_adds_yaml_structure(results, role, template, name):
             assert name in got["error"] or any(w in got["error"] for w in ("must", "not", "needs", "got")), got
             continue
         detail = got["got"].get("error") or {
-            "objects": (got["got"]["count"], got["got"]["kinds"]), "expected": (got["want"].get("count"),
-                                                                               got["want"].get("kinds")),
+            "objects": (got["got"]["count"], got["got"]["kinds"]),
+            "expected": (got["want"].get("count"), got["want"].get("kinds")),
             "new keys": [sorted(set(a) - set(b))[:5] for a, b in zip(got["got"]["shapes"],
                                                                      got["want"].get("shapes", []))]}
         pytest.fail("%s=%r adds structure to %s/%s: %s" % (name, hostile, role, template, detail))

@@ -47,8 +47,9 @@ def test_the_collections_objects_are_not_foreign(live):
     (obj([entry("helm")]), ["helm"]),
     (obj([entry("kubectl-client-side-apply", "Update")]), ["kubectl-client-side-apply"]),
     (obj([entry("k8sgpu.nvidia")], labels={"app.kubernetes.io/managed-by": "Helm"}), ["managed-by", "Helm"]),
-    (obj([entry("k8sgpu.nvidia")], annotations={"meta.helm.sh/release-name": "gpu",
-                                               "meta.helm.sh/release-namespace": "ops"}), ["Helm release ops/gpu"]),
+    (obj([entry("k8sgpu.nvidia")],
+         annotations={"meta.helm.sh/release-name": "gpu", "meta.helm.sh/release-namespace": "ops"}),
+     ["Helm release ops/gpu"]),
 ])
 def test_another_managers_object_is_foreign(live, words):
     why = foreign_owner(live)
