@@ -47,8 +47,9 @@ done
 # against galaxy.yml's ranges (amazon.aws <11.0.0 failed here beside PyPI's ansible 14's 11.4.0).
 ANSIBLE_COLLECTIONS_PATH="$work/installed:$deps" ansible-galaxy collection install --offline --force \
   -p "$work/installed" "$tarball" >"$work/install.log" 2>&1 || { cat "$work/install.log" >&2; exit 1; }
-[ ! -e "$work/installed/ansible_collections/kubernetes" ] && [ ! -e "$work/installed/ansible_collections/amazon" ] \
-  || { echo "the offline install installed a dependency instead of using $deps:" >&2; cat "$work/install.log" >&2; exit 1; }
+if [ -e "$work/installed/ansible_collections/kubernetes" ] || [ -e "$work/installed/ansible_collections/amazon" ]; then
+  echo "the offline install installed a dependency instead of using $deps:" >&2; cat "$work/install.log" >&2; exit 1
+fi
 root=$work/installed/ansible_collections/k8sgpu/nvidia
 # Only the collections the tarball declares (MANIFEST.json's dependencies), taken from $deps: a playbook or role
 # that calls an undeclared collection fails its syntax check (unresolved module) instead of finding it there.

@@ -144,8 +144,8 @@ def test_cli_exit_status(tmp_path):
     good = make_collection(tmp_path / "good")
     bad = make_collection(tmp_path / "bad", version="1.0.0")
     script = ROOT / "tests" / "release" / "release_check.py"
-    assert subprocess.run([sys.executable, script, good], capture_output=True).returncode == 0
-    proc = subprocess.run([sys.executable, script, bad], capture_output=True, text=True)
+    assert subprocess.run([sys.executable, script, good], capture_output=True, check=False).returncode == 0
+    proc = subprocess.run([sys.executable, script, bad], capture_output=True, text=True, check=False)
     assert proc.returncode == 1 and "release check:" in proc.stderr
 
 

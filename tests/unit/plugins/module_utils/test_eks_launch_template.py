@@ -53,7 +53,7 @@ def test_another_template_or_none_before_cannot_change_in_place():
     assert upd == {} and changes == [("launch_template", "launchTemplate",
                                       {"name": "train-gpu", "version": "1", "id": "lt-0abc"},
                                       {"name": "other", "version": "1"})]
-    changes, _ = eks.launch_template_plan({"launchTemplate": None}, {"name": "train-gpu", "version": "1"})
+    changes, _plan = eks.launch_template_plan({"launchTemplate": None}, {"name": "train-gpu", "version": "1"})
     assert changes == [("launch_template", "launchTemplate", None, {"name": "train-gpu", "version": "1"})]
     msg = eks.immutable_message("train", "gpu", changes)
     assert "launch_template (EKS field launchTemplate) is None" in msg and "delete the nodegroup" in msg

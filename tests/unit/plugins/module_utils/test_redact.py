@@ -5,10 +5,8 @@ created 0600, an existing file keeps its mode. 1.0.0 missed labels ["api_key=...
 from __future__ import annotations
 
 import json
-import os
 import stat
 import textwrap
-from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args

@@ -142,7 +142,7 @@ def test_code_writes_no_reserved_key(path):
 
 def test_the_code_check_finds_the_old_drain_result():
     old = 'result.update(evicted=[], deleted=[], skipped=sorted(report.skipped), waited=1.0)\nresult["rc"] = 1\n'
-    assert [key for key, _ in result_keys(old) if key in STATUS_IN_CODE] == ["skipped", "rc"]
+    assert [key for key, _where in result_keys(old) if key in STATUS_IN_CODE] == ["skipped", "rc"]
     assert result_keys('module.fail_json(msg="x", rc=2)') == []
 
 
