@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The dependency collections (galaxy.yml's dependencies) at one end of their range, from PyPI only: the `ansible`
 package's wheel ships them, so `pip download --no-deps ansible==X` (pip's cache keeps it) and only their directories
 are unpacked into DEST/ansible_collections/<namespace>/<name>. Galaxy is never contacted.

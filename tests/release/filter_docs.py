@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """One Galaxy entry per filter: what tests/release/release_check.py asks of plugins/filter, done to a file.
 
 galaxy-importer lists every .py of plugins/filter by its name and every filter's documentation file by its name, and

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The release's version checks (make lint -> make release-check), on a checkout:
 
 - every ``version_added`` of the collection's content (modules and their options, action, filter and test plugins,
