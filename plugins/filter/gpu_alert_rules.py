@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filter gpu_alert_rules of the gpu_alerts role; the logic is in module_utils/_monitoring.py."""
+"""Filter gpu_alert_rules of the gpu_alerts role; the logic is in module_utils/_alert_rules.py."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -46,13 +46,13 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _monitoring
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _alert_rules
 
 
 def gpu_alert_rules(settings: Any) -> list[dict]:
     try:
-        return _monitoring.gpu_alert_rules(settings)
-    except _monitoring.MonitoringError as exc:
+        return _alert_rules.gpu_alert_rules(settings)
+    except _alert_rules.AlertRulesError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
 

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filter grafana_dashboard of the gpu_dashboard role; the logic is in module_utils/_monitoring.py."""
+"""Filter grafana_dashboard of the gpu_dashboard role; the logic is in module_utils/_grafana.py."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -39,15 +39,15 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _monitoring
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _grafana
 
 
 def grafana_dashboard(text: Any, source: str = "dashboard") -> str:
     if not isinstance(text, str):
         raise AnsibleFilterError(f"grafana_dashboard expects the dashboard's JSON text ({source})")
     try:
-        return _monitoring.grafana_dashboard(text, str(source))
-    except _monitoring.MonitoringError as exc:
+        return _grafana.grafana_dashboard(text, str(source))
+    except _grafana.DashboardError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
 

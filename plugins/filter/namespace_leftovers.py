@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The namespace_leftovers filter (the private role _k8s); the logic is in module_utils/_monitoring.py."""
+"""The namespace_leftovers filter (the private role _k8s); the logic is in module_utils/_k8s_namespace.py."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -48,13 +48,13 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _monitoring
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _k8s_namespace
 
 
 def namespace_leftovers(results: Any, defaults: Any = None, removed: Any = None) -> list[str]:
     if not isinstance(results, list):
         raise AnsibleFilterError(f"namespace_leftovers expects the loop results of k8s_info, got {type(results).__name__}")
-    return _monitoring.namespace_leftovers(results, defaults, removed)
+    return _k8s_namespace.namespace_leftovers(results, defaults, removed)
 
 
 class FilterModule:

@@ -127,7 +127,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
     raw_json,
 )
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_gpu import wait_allocatable
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._monitoring import (
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_rollout import (
     daemonset_node_problems,
     daemonset_rolled_out,
     deployment_rolled_out,

@@ -1,10 +1,9 @@
-"""What the private role _k8s and the module k8s_rollout_wait rely on in module_utils/_monitoring.py."""
+"""What the private role _k8s and the module k8s_rollout_wait rely on in module_utils/_k8s_namespace.py and
+_k8s_rollout.py."""
 from __future__ import annotations
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._monitoring import (
-    deployment_rolled_out,
-    namespace_leftovers,
-)
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_namespace import namespace_leftovers
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_rollout import deployment_rolled_out
 
 
 def _obj(kind: str, name: str, **meta) -> dict:
