@@ -30,6 +30,7 @@ import ipaddress
 import math
 import time
 import traceback
+from collections.abc import Mapping
 from datetime import datetime
 from urllib.parse import urlsplit
 
@@ -279,6 +280,14 @@ def describe_error(what: str, e: Exception) -> str:
         return (f"{what}: {e}: the endpoint cannot be reached - check the region's name and this machine's "
                 "network (proxy, DNS), or set endpoint_url to the endpoint you mean")
     return f"{what}: {e}"
+
+
+def tag_update(live: Mapping, want: Mapping, purge: bool) -> tuple[dict, list[str]]:
+    """(tags to set, keys to remove) for TagResource/UntagResource (eks_cluster, eks_nodegroup, eks_pod_identity;
+    eks_nodegroup's labels too)."""
+    add = {k: v for k, v in want.items() if live.get(k) != v}
+    remove = sorted(k for k in live if k not in want) if purge else []
+    return dict(sorted(add.items())), remove
 
 
 def plain(value):

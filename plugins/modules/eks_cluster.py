@@ -195,8 +195,8 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._aws_common import (
     describe_error,
     error_code,
     plain,
+    tag_update,
 )
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._eks import tag_update
 
 try:
     from botocore.exceptions import WaiterError

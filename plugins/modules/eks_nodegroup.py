@@ -345,7 +345,7 @@ resource_actions:
   version_added: 1.1.0
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks as eks
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks_nodegroup as eks
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._aws_common import (
     BotoCoreError,
     ClientError,
@@ -354,6 +354,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._aws_common import (
     describe_error,
     error_code,
     plain,
+    tag_update,
 )
 
 try:
@@ -491,7 +492,7 @@ class Nodegroup(EksRun):
             self.started(self.write("UpdateNodegroupConfig", self.eks.update_nodegroup_config, **self.key, **config))
 
         if self.p["tags"] is not None:
-            add, remove = eks.tag_update(ng.get("tags") or {}, self.p["tags"], self.p["purge_tags"])
+            add, remove = tag_update(ng.get("tags") or {}, self.p["tags"], self.p["purge_tags"])
             if remove:
                 self.write("UntagResource", self.eks.untag_resource, resourceArn=ng["nodegroupArn"], tagKeys=remove)
             if add:

@@ -137,8 +137,8 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._aws_common import (
     describe_error,
     error_code,
     plain,
+    tag_update,
 )
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._eks import tag_update
 
 # Fields compared with the task: option -> DescribePodIdentityAssociation's field.
 COMPARED = {"role_arn": "roleArn", "target_role_arn": "targetRoleArn", "disable_session_tags": "disableSessionTags"}

@@ -319,7 +319,7 @@ image_type:
 
 from urllib.parse import urlparse
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _gke as gke
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _gke_node_pool as gke
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gcp_common import (
     GkeRun,
     api_error,

@@ -255,3 +255,8 @@ def test_module_utils_import_without_amazon_aws():
     top = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert not any("amazon" in line for line in top), top
     importlib.reload(_aws_common)
+
+
+def test_tag_update_with_and_without_purge():
+    assert _aws_common.tag_update({"a": "1", "b": "2"}, {"a": "1", "c": "3"}, True) == ({"c": "3"}, ["b"])
+    assert _aws_common.tag_update({"a": "1", "b": "2"}, {"a": "9"}, False) == ({"a": "9"}, [])

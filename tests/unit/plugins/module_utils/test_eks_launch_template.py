@@ -1,4 +1,4 @@
-"""_eks: eks_nodegroup's launch_template option (issue 34 item 7: the launch template whose user data isolates GPUs)
+"""_eks_nodegroup: eks_nodegroup's launch_template option (issue 34 item 7: the launch template whose user data isolates GPUs)
 - CreateNodegroup's launchTemplate, what EKS refuses with it, and what can change in place (the version, through
 UpdateNodegroupVersion) and what cannot (another template, adding or removing one). The requests themselves go to
 moto's HTTP server in tests/cloud/test_eks_nodegroup.py."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks as eks
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks_nodegroup as eks
 
 
 @pytest.mark.parametrize("opt,want", [

@@ -1,4 +1,4 @@
-"""_eks: the planning of eks_nodegroup - which labels, taints, sizes and tags to send, which fields cannot change,
+"""_eks_nodegroup: the planning of eks_nodegroup - which labels, taints, sizes and tags to send, which fields cannot change,
 and the cluster-autoscaler node-template tags of the Auto Scaling groups. The requests themselves are sent to
 moto's HTTP server in tests/cloud/test_eks_nodegroup.py."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import botocore.session
 import pytest
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks as eks
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _eks_nodegroup as eks
 
 MODEL = botocore.session.get_session().get_service_model("eks")
 EFFECTS = MODEL.shape_for("TaintEffect").enum
@@ -107,11 +107,6 @@ def test_immutable_changes_named_with_old_and_new():
                        ("capacity_type", "capacityType", "ON_DEMAND", "SPOT")]
     msg = eks.immutable_message("c", "ng", changes)
     assert "ami_type (EKS field amiType) is 'AL2_x86_64', the task asks for 'AL2023_x86_64_NVIDIA'" in msg
-
-
-def test_tag_update_with_and_without_purge():
-    assert eks.tag_update({"a": "1", "b": "2"}, {"a": "1", "c": "3"}, True) == ({"c": "3"}, ["b"])
-    assert eks.tag_update({"a": "1", "b": "2"}, {"a": "9"}, False) == ({"a": "9"}, [])
 
 
 def test_desired_labels_adds_accelerator():

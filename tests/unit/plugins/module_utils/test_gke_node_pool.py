@@ -1,9 +1,9 @@
-"""Planning for gke_node_pool (plugins/module_utils/_gke.py): pure functions on the API's dicts."""
+"""Planning for gke_node_pool (plugins/module_utils/_gke_node_pool.py): pure functions on the API's dicts."""
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _gke as gke
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _gke_node_pool as gke
 
 EFFECTS = ["EFFECT_UNSPECIFIED", "NO_SCHEDULE", "PREFER_NO_SCHEDULE", "NO_EXECUTE"]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._aws_common import tag_update
+
 # Kubernetes' effect names -> EKS's (TaintEffect in the EKS API).
 K8S_TO_EKS_EFFECT = {
     "NoSchedule": "NO_SCHEDULE",
@@ -252,13 +254,6 @@ def immutable_message(cluster: str, name: str, changes: list[tuple[str, str, obj
     return (f"nodegroup {name} of cluster {cluster}: EKS cannot change these in place: {'; '.join(parts)}. "
             "Keep the live values, or delete the nodegroup (state: absent) and create it again, or create a "
             "nodegroup under another name and delete this one after its pods have moved.")
-
-
-def tag_update(live: Mapping, want: Mapping, purge: bool) -> tuple[dict, list[str]]:
-    """(tags to set, keys to remove) for TagResource/UntagResource."""
-    add = {k: v for k, v in want.items() if live.get(k) != v}
-    remove = sorted(k for k in live if k not in want) if purge else []
-    return dict(sorted(add.items())), remove
 
 
 def template_tags(labels: Mapping, taints: Iterable[Mapping], gpu_count: int | None) -> dict[str, str]:
