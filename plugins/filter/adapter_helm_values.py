@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The adapter_helm_values filter (its code is gpu_adapter_rules.py's, beside the filters it works with)."""
+"""The adapter_helm_values filter; the logic is in module_utils/_metrics_adapter.py (shared with the filters it works with)."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -34,7 +34,17 @@ _value:
   type: dict
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.gpu_adapter_rules import adapter_helm_values
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _metrics_adapter
+
+
+def adapter_helm_values(config, prometheus_url):
+    """module_utils/_metrics_adapter.py's adapter_helm_values, its errors as the filter's."""
+    try:
+        return _metrics_adapter.adapter_helm_values(config, prometheus_url)
+    except _metrics_adapter.AdapterRulesError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 class FilterModule:

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The apt_proxy_auth filter (its code is apt_proxy_lines.py's, beside the filters it works with)."""
+"""The apt_proxy_auth filter; the logic is in module_utils/_apt_proxy.py (shared with the filters it works with)."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -39,7 +39,17 @@ _value:
   elements: str
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_lines import apt_proxy_auth
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _apt_proxy
+
+
+def apt_proxy_auth(proxy, proxy_name="proxy"):
+    """module_utils/_apt_proxy.py's apt_proxy_auth, its errors as the filter's."""
+    try:
+        return _apt_proxy.apt_proxy_auth(proxy, proxy_name)
+    except _apt_proxy.AptProxyError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 class FilterModule:

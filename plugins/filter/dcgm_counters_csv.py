@@ -59,12 +59,6 @@ def dcgm_counters_csv(counters: Any, profiling: bool = True, extra: Any = None) 
         raise AnsibleFilterError(str(exc)) from None
 
 
-def dcgm_profiling_fields(csv_text: Any) -> list[str]:
-    if not isinstance(csv_text, str):
-        raise AnsibleFilterError("dcgm_profiling_fields expects the counters CSV text")
-    return _dcgm.profiling_fields(csv_text)
-
-
 class FilterModule:
     def filters(self) -> dict:
         return {

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The dcgm_profiling_fields filter (its code is dcgm_counters_csv.py's, beside the filters it works with)."""
+"""The dcgm_profiling_fields filter; the logic is in module_utils/_dcgm.py (shared with the filters it works with)."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -31,7 +31,17 @@ _value:
   elements: str
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.dcgm_counters_csv import dcgm_profiling_fields
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _dcgm
+
+
+def dcgm_profiling_fields(csv_text: Any) -> list[str]:
+    if not isinstance(csv_text, str):
+        raise AnsibleFilterError("dcgm_profiling_fields expects the counters CSV text")
+    return _dcgm.profiling_fields(csv_text)
 
 
 class FilterModule:

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The driver_outcome filter (its code is driver_plan.py's, beside the filters it works with)."""
+"""The driver_outcome filter; the logic is in module_utils/_driver_plan.py (shared with the filters it works with)."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -50,7 +50,17 @@ _value:
   type: dict
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_plan import driver_outcome
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _driver_plan
+
+
+def driver_outcome(plan, facts, installed_version="", boot=None, check_mode=False):
+    """module_utils/_driver_plan.py's driver_outcome, its errors as the filter's."""
+    try:
+        return _driver_plan.driver_outcome(plan, facts, installed_version, boot, check_mode)
+    except _driver_plan.DriverPlanError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 class FilterModule:

@@ -61,8 +61,9 @@ _value:
 
 from typing import Any
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_throttle import _host_count
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_drain import MaintenanceError, limit_of, parse_max_unavailable
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_drain import MaintenanceError, host_count, limit_of, parse_max_unavailable
 
 
 def _batch(serial: Any, hosts: int) -> int:
@@ -80,7 +81,10 @@ def maintenance_batch(serial: Any, max_unavailable: Any, hosts: Any, reason: str
     than what ``max_unavailable`` allows of them. A percentage rounds down, at least 1, for both (ansible-core's serial,
     the collection's limit). Bad values are maintenance_settings' to report, not this filter's.
     """
-    count = _host_count(hosts, "maintenance_batch")
+    try:
+        count = host_count(hosts, "maintenance_batch")
+    except MaintenanceError as exc:
+        raise AnsibleFilterError(str(exc)) from None
     if count == 0:
         return []
     try:

@@ -42,13 +42,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_drain import MaintenanceError, limit_of
-
-
-def _host_count(hosts: Any, what: str) -> int:
-    if isinstance(hosts, bool) or not isinstance(hosts, (int, str)) or not str(hosts).strip().isdigit():
-        raise AnsibleFilterError(f"{what}: hosts must be a count of hosts (0 or more), got {hosts!r}")
-    return int(hosts)
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_drain import MaintenanceError, host_count, limit_of
 
 
 def maintenance_throttle(max_unavailable: Any, hosts: Any) -> int:
@@ -56,7 +50,10 @@ def maintenance_throttle(max_unavailable: Any, hosts: Any) -> int:
     ``max_unavailable`` (k8sgpu_max_unavailable) allows of ``hosts`` (the play's host count), a percentage rounded
     down, at least 1; for a task's ``throttle``.
     """
-    count = _host_count(hosts, "maintenance_throttle")
+    try:
+        count = host_count(hosts, "maintenance_throttle")
+    except MaintenanceError as exc:
+        raise AnsibleFilterError(str(exc)) from None
     try:
         return limit_of(max_unavailable, count)
     except MaintenanceError:

@@ -73,8 +73,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.gfd_labels import gfd_labels
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_name import node_name
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _gfd_labels, _node_name
 
 # The labels gpu=true and nvidia.com/gpu.present=true (the device plugin's and the exporter's node affinity).
 GPU_LABELS = {"gpu": "true", "nvidia.com/gpu.present": "true"}
@@ -88,6 +87,15 @@ GFD_KEYS = (
     "nvidia.com/cuda.runtime-version.full", "nvidia.com/cuda.runtime-version.major",
     "nvidia.com/cuda.runtime-version.minor",
 )
+
+
+def _node_and_gfd(host: Any, hostvars: Any, from_facts: Any) -> tuple[str, dict]:
+    """The host's Node name and, with from_facts, its GFD labels; module_utils' errors as the filter's."""
+    try:
+        node = _node_name.node_name(host, hostvars)
+        return node, (_gfd_labels.gfd_labels(hostvars[host].get("ansible_facts") or {}) if from_facts else {})
+    except (_node_name.NodeNameError, _gfd_labels.GfdLabelsError) as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def _mapping(value: Any, what: str) -> dict:
@@ -117,11 +125,10 @@ def node_labels_by_node(hosts: Any, hostvars: Any, labels: Any = None, gpu: Any 
         raise AnsibleFilterError(f"node_labels_by_node: remove must be a list of label keys, got {remove!r}")
     out: dict = {}
     for host in hosts:
-        node = node_name(host, hostvars)
+        node, gfd = _node_and_gfd(host, hostvars, from_facts)
         hv = hostvars[host]
         wanted = dict(GPU_LABELS) if gpu else {}
-        if from_facts:
-            wanted.update(gfd_labels(hv.get("ansible_facts") or {}))
+        wanted.update(gfd)
         wanted.update(common)
         wanted.update(_mapping(hv.get("k8sgpu_node_labels"), f"k8sgpu_node_labels of {host}"))
         if state == "present":

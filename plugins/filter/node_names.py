@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The node_names filter (its code is node_name.py's, beside the filters it works with)."""
+"""The node_names filter; the logic is in module_utils/_node_name.py (shared with the filters it works with)."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -49,7 +49,17 @@ _value:
   type: dict
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_name import node_names
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _node_name
+
+
+def node_names(hosts, hostvars, unknown="fail"):
+    """module_utils/_node_name.py's node_names, its errors as the filter's."""
+    try:
+        return _node_name.node_names(hosts, hostvars, unknown)
+    except _node_name.NodeNameError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 class FilterModule:

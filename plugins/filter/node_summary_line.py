@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The node_summary_line filter (its code is node_summary.py's, beside the filters it works with)."""
+"""The node_summary_line filter; the logic is in module_utils/_node_summary.py (shared with the filters it works with)."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -30,7 +30,17 @@ _value:
   type: str
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_summary import node_summary_line
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _node_summary
+
+
+def node_summary_line(summary):
+    """module_utils/_node_summary.py's node_summary_line, its errors as the filter's."""
+    try:
+        return _node_summary.node_summary_line(summary)
+    except _node_summary.NodeSummaryError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 class FilterModule:

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The openpgp_key filter (its code is openpgp_fingerprints.py's, beside the filters it works with)."""
+"""The openpgp_key filter; the logic is in module_utils/_openpgp.py (shared with the filters it works with)."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -50,7 +50,17 @@ _value:
   type: str
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_key
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _openpgp
+
+
+def openpgp_key(text, fingerprint="", what="the key"):
+    """module_utils/_openpgp.py's openpgp_key, its errors as the filter's."""
+    try:
+        return _openpgp.openpgp_key(text, fingerprint, what)
+    except _openpgp.OpenPGPError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 class FilterModule:

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The pod_security_conflict filter (its code is pod_security_namespace.py's, beside the filters it works with)."""
+"""The pod_security_conflict filter; the logic is in module_utils/_k8s_namespace.py (shared with the filters it works with)."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -37,7 +37,20 @@ _value:
   type: str
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.pod_security_namespace import pod_security_conflict
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _k8s_namespace
+
+
+def pod_security_conflict(namespace: Any, needed: Any) -> str:
+    if not isinstance(namespace, (dict, type(None))):
+        raise AnsibleFilterError("pod_security_conflict expects a Namespace object (or none)")
+    try:
+        return _k8s_namespace.pod_security_conflict(namespace, needed)
+    except _k8s_namespace.NamespaceError as exc:
+        raise AnsibleFilterError(f"pod_security_conflict: {exc}") from None
 
 
 class FilterModule:

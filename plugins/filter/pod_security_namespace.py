@@ -56,15 +56,6 @@ def pod_security_namespace(name: Any, level: Any, version: Any = "latest") -> di
         raise AnsibleFilterError(f"pod_security_namespace: {exc}") from None
 
 
-def pod_security_conflict(namespace: Any, needed: Any) -> str:
-    if not isinstance(namespace, (dict, type(None))):
-        raise AnsibleFilterError("pod_security_conflict expects a Namespace object (or none)")
-    try:
-        return _k8s_namespace.pod_security_conflict(namespace, needed)
-    except _k8s_namespace.NamespaceError as exc:
-        raise AnsibleFilterError(f"pod_security_conflict: {exc}") from None
-
-
 class FilterModule:
     def filters(self) -> dict:
         return {

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The verify_node_result filter (its code is verify_summary.py's, beside the filters it works with)."""
+"""The verify_node_result filter; the logic is in module_utils/_verify_summary.py (shared with the filters it works with)."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -52,7 +52,17 @@ _value:
       elements: str
 """
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.verify_summary import verify_node_result
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _verify_summary
+
+
+def verify_node_result(result):
+    """module_utils/_verify_summary.py's verify_node_result, its errors as the filter's."""
+    try:
+        return _verify_summary.verify_node_result(result)
+    except _verify_summary.VerifySummaryError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 class FilterModule:

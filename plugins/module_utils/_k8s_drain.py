@@ -152,6 +152,14 @@ def parse_max_unavailable(value: Any) -> tuple[int, bool]:
     return number, percent
 
 
+def host_count(hosts: Any, what: str) -> int:
+    """A play's host count as the maintenance filters take it (0 or more, an int or its digits); MaintenanceError
+    naming ``what`` (the filter) otherwise."""
+    if isinstance(hosts, bool) or not isinstance(hosts, (int, str)) or not str(hosts).strip().isdigit():
+        raise MaintenanceError(f"{what}: hosts must be a count of hosts (0 or more), got {hosts!r}")
+    return int(hosts)
+
+
 def limit_of(value: Any, fleet_size: int) -> int:
     """The number of Nodes max_unavailable allows out at once: a percentage of the fleet rounds down, at least 1."""
     number, percent = parse_max_unavailable(value)

@@ -9,7 +9,8 @@ EXAMPLES and RETURN inside (no .yml).
       move NAME.yml's documentation into FILE.py (renamed NEW.py when given: the filter's own name) and delete it
   tests/release/filter_docs.py split FILE.py NAME
       a new plugins/filter/NAME.py holding the filter NAME (its function imported from FILE.py) documented from
-      NAME.yml, which is deleted; FILE.py's filters() no longer returns NAME
+      NAME.yml, which is deleted; FILE.py's filters() no longer returns NAME. Then move the code both files use to
+      plugins/module_utils: no filter file may import another (tests/unit/plugins/test_filter_imports.py)
 Run from the repository root; fix the imports of a renamed file (grep tests/ plugins/ for it).
 """
 from __future__ import annotations

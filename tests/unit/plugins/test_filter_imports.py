@@ -32,3 +32,13 @@ def test_filter_files_do_not_import_client_libraries():
         [sys.executable, "-c", PROBE, str(ROOT / "collections"), str(ROOT / "plugins" / "filter")],
         capture_output=True, text=True, check=True)
     assert proc.stdout.split() == [], f"filter plugins import {proc.stdout.strip()}: import them where they are used"
+
+
+def test_no_filter_file_imports_another():
+    """Each filter file is one filter (issue 35): code two filters share is in plugins/module_utils, not in a filter file
+    the other imports (Ansible loads a filter file as a plugin, not as a library, and names it after its filter)."""
+    import re
+    pattern = re.compile(r"^\s*(from\s+(ansible_collections\.k8sgpu\.nvidia\.plugins\.filter\b|\.)|"
+                         r"import\s+ansible_collections\.k8sgpu\.nvidia\.plugins\.filter\b)", re.M)
+    offenders = sorted(f.name for f in (ROOT / "plugins" / "filter").glob("*.py") if pattern.search(f.read_text()))
+    assert offenders == [], f"filter files importing another filter file: {offenders}; move the shared code to module_utils"

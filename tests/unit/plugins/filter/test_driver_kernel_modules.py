@@ -14,10 +14,8 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_kernel_modules import (
-    driver_kernel_modules,
-    installed_flavour,
-)
+from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_kernel_modules import driver_kernel_modules
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_plan import installed_flavour
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_smi import (
     gather,
     parse_compute_caps,

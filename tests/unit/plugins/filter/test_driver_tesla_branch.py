@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_kernel_modules import (
-    driver_kernel_modules,
-    installed_flavour,
-)
+from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_kernel_modules import driver_kernel_modules
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_plan import installed_flavour
 
 HOST = "gpu-t-01"
 # gpu_facts' facts of an H100 host without a loaded driver (sysfs only), and of an image build without a GPU.

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_name import node_name, node_names
+from ansible_collections.k8sgpu.nvidia.plugins.filter.node_name import node_name
+from ansible_collections.k8sgpu.nvidia.plugins.filter.node_names import node_names
 
 HOSTVARS = {
     # The kubelet registers uname -n, trimmed and lowercased (nodeutil.GetHostname), not the short hostname.

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_summary import node_summary, node_summary_line
+from ansible_collections.k8sgpu.nvidia.plugins.filter.node_summary import node_summary
+from ansible_collections.k8sgpu.nvidia.plugins.filter.node_summary_line import node_summary_line
 
 CP = {
     "metadata": {"name": "cp-1", "labels": {"node-role.kubernetes.io/control-plane": "", "kubernetes.io/os": "linux"}},

@@ -18,8 +18,11 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_lines import apt_proxy_auth, apt_proxy_lines, apt_proxy_redact
-from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprints, openpgp_key
+from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_auth import apt_proxy_auth
+from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_lines import apt_proxy_lines
+from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_redact import apt_proxy_redact
+from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprints
+from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_key import openpgp_key
 
 ROOT = Path(__file__).resolve().parents[4]
 WHAT = "gpu-1: the repository key from https://mirror.example/gpgkey"
