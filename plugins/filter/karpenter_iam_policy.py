@@ -74,9 +74,9 @@ def karpenter_iam_policy(cluster: Any, account_id: Any = None, region: Any = Non
     arn = f"arn:{partition}"
     ec2 = f"{arn}:ec2:{region}"
     iam = f"{arn}:iam::{account_id}"
-    owned_key = f"aws:ResourceTag/kubernetes.io/cluster/{cluster}"
-    # The tags Karpenter puts on what it creates (aws:RequestTag) and finds on what it changes (aws:ResourceTag).
-    owned = {f"aws:RequestTag/kubernetes.io/cluster/{cluster}": "owned", "aws:RequestTag/eks:eks-cluster-name": cluster}
+    # The cluster's tags: on what Karpenter changes (aws:ResourceTag) and on what it creates (aws:RequestTag).
+    resource_owned = f"aws:ResourceTag/kubernetes.io/cluster/{cluster}"
+    request_owned = {f"aws:RequestTag/kubernetes.io/cluster/{cluster}": "owned", "aws:RequestTag/eks:eks-cluster-name": cluster}
 
     def nodepool() -> dict:
         return {"aws:ResourceTag/karpenter.sh/nodepool": "*"}
@@ -97,21 +97,21 @@ def karpenter_iam_policy(cluster: Any, account_id: Any = None, region: Any = Non
               ["ec2:RunInstances", "ec2:CreateFleet"]),
         allow("AllowScopedEC2LaunchTemplateAccessActions", f"{ec2}:*:launch-template/*",
               ["ec2:RunInstances", "ec2:CreateFleet"],
-              {"StringEquals": {owned_key: "owned"}, "StringLike": nodepool()}),
+              {"StringEquals": {resource_owned: "owned"}, "StringLike": nodepool()}),
         allow("AllowScopedEC2InstanceActionsWithTags",
               [f"{ec2}:*:{kind}/*" for kind in created] + [f"{ec2}:*:capacity-reservation/*"],
               ["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
-              {"StringEquals": dict(owned), "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}}),
+              {"StringEquals": dict(request_owned), "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}}),
         allow("AllowScopedResourceCreationTagging", [f"{ec2}:*:{kind}/*" for kind in created], "ec2:CreateTags",
-              {"StringEquals": {**owned, "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"]},
+              {"StringEquals": {**request_owned, "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"]},
                "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}}),
         allow("AllowScopedResourceTagging", f"{ec2}:*:instance/*", "ec2:CreateTags",
-              {"StringEquals": {owned_key: "owned"}, "StringLike": nodepool(),
+              {"StringEquals": {resource_owned: "owned"}, "StringLike": nodepool(),
                "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster},
                "ForAllValues:StringEquals": {"aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]}}),
         allow("AllowScopedDeletion", [f"{ec2}:*:instance/*", f"{ec2}:*:launch-template/*"],
               ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
-              {"StringEquals": {owned_key: "owned"}, "StringLike": nodepool()}),
+              {"StringEquals": {resource_owned: "owned"}, "StringLike": nodepool()}),
         allow("AllowRegionalReadActions", "*",
               ["ec2:DescribeAvailabilityZones", "ec2:DescribeCapacityReservations", "ec2:DescribeImages",
                "ec2:DescribeInstances", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
@@ -123,15 +123,15 @@ def karpenter_iam_policy(cluster: Any, account_id: Any = None, region: Any = Non
         allow("AllowPassingInstanceRole", f"{iam}:role/{node_role}", "iam:PassRole",
               {"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com"]}}),
         allow("AllowScopedInstanceProfileCreationActions", f"{iam}:instance-profile/*", ["iam:CreateInstanceProfile"],
-              {"StringEquals": {**owned, "aws:RequestTag/topology.kubernetes.io/region": region},
+              {"StringEquals": {**request_owned, "aws:RequestTag/topology.kubernetes.io/region": region},
                "StringLike": {f"aws:RequestTag/{nodeclass}": "*"}}),
         allow("AllowScopedInstanceProfileTagActions", f"{iam}:instance-profile/*", ["iam:TagInstanceProfile"],
-              {"StringEquals": {**owned, owned_key: "owned", "aws:ResourceTag/topology.kubernetes.io/region": region,
+              {"StringEquals": {**request_owned, resource_owned: "owned", "aws:ResourceTag/topology.kubernetes.io/region": region,
                                 "aws:RequestTag/topology.kubernetes.io/region": region},
                "StringLike": {f"aws:ResourceTag/{nodeclass}": "*", f"aws:RequestTag/{nodeclass}": "*"}}),
         allow("AllowScopedInstanceProfileActions", f"{iam}:instance-profile/*",
               ["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"],
-              {"StringEquals": {owned_key: "owned", "aws:ResourceTag/topology.kubernetes.io/region": region},
+              {"StringEquals": {resource_owned: "owned", "aws:ResourceTag/topology.kubernetes.io/region": region},
                "StringLike": {f"aws:ResourceTag/{nodeclass}": "*"}}),
         allow("AllowInstanceProfileReadActions", f"{iam}:instance-profile/*", "iam:GetInstanceProfile"),
         allow("AllowUnscopedInstanceProfileListAction", "*", "iam:ListInstanceProfiles"),
