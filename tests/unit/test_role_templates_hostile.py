@@ -45,9 +45,6 @@ GIVEN = {
     "karpenter_gpu_node_role": "KarpenterNodeRole-lab",
     "gpu_autoscaling_target_name": "trainer",
     "_karpenter_crds": [],
-    # iam-policy.json.j2's own variables (playbooks/eks.yml passes them)
-    "partition": "aws", "account_id": "000000000000", "region": "eu-west-1", "cluster": "lab", "node_role": "r",
-    "queue": "",
 }
 
 HOSTILE = ["x\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: evil}", "x\n  evil: 1", "x: y",
