@@ -24,6 +24,9 @@ description:
     applied by O(field_manager). With O(fail_on_foreign), the
     task then fails naming each and what to do. The private role C(_k8s) calls it before it applies (server-side,
     conflicts forced) or deletes objects, so that it takes over or deletes another manager's object only when asked.
+  - With O(objects), also tells which of their namespaces do not exist (RV(missing_namespaces)), in the same call -
+    in check mode the API server cannot dry-run an object whose namespace is still to be created, and C(_k8s) reports
+    those objects instead of applying them.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
@@ -150,6 +153,15 @@ foreign:
       type: str
   sample: [{object: ConfigMap gpu-monitoring/dcgm-exporter-metrics,
             reason: "it belongs to the Helm release gpu-monitoring/dcgm (annotation meta.helm.sh/release-name)"}]
+missing_namespaces:
+  description:
+    - With O(objects), the namespaces their C(metadata.namespace) names that do not exist (a GET of each Namespace
+      answered 404), in the order the objects name them, each once.
+  returned: with O(objects)
+  type: list
+  elements: str
+  version_added: 1.1.0
+  sample: [gpu-monitoring]
 """
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
@@ -232,6 +244,17 @@ def foreign_objects(api, objects: list, field_manager: str, take_over_managers: 
     return found
 
 
+def missing_namespaces(api, objects: list) -> list:
+    """The namespaces the objects' metadata.namespace names that do not exist, in order, each once."""
+    named = []
+    for obj in objects:
+        namespace = (obj.get("metadata") or {}).get("namespace") if isinstance(obj, dict) else None
+        if namespace and namespace not in named:
+            named.append(namespace)
+    return [ns for ns in named if read_object(api, {"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": ns}}) is None]
+
+
 def main():
     module = k8s_module(
         argument_spec=dict(
@@ -257,12 +280,13 @@ def main():
     if p["objects"] is not None:
         try:
             found = foreign_objects(api, p["objects"], p["field_manager"], p["take_over_managers"])
+            missing = missing_namespaces(api, p["objects"])
         except RuntimeError as exc:
             module.fail_json(msg=f"Could not read the objects: {exc}")
         foreign = [{"object": describe(obj), "reason": why} for obj, why in found]
         if found and p["fail_on_foreign"]:
-            module.fail_json(msg=refusal(found, p["owner"], p["state"]), foreign=foreign)
-        module.exit_json(changed=False, foreign=foreign)
+            module.fail_json(msg=refusal(found, p["owner"], p["state"]), foreign=foreign, missing_namespaces=missing)
+        module.exit_json(changed=False, foreign=foreign, missing_namespaces=missing)
     try:
         results = list_kinds(api, p["namespace"], p["kinds"])
     except RuntimeError as exc:

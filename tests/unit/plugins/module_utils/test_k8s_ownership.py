@@ -113,5 +113,31 @@ def test_the_private_role_checks_before_it_applies_or_deletes():
     check = names.index("Refuse to take over or delete objects another manager owns")
     assert check < names.index("Apply the objects") and check < names.index("Delete the objects the role made, last first")
     task = block[check]["k8sgpu.nvidia.k8s_namespace_objects"]
-    assert task["fail_on_foreign"] is True and task["state"] == "{{ _k8s_state }}"
-    assert "not _k8s_take_over | bool" in block[check]["when"]
+    assert task["fail_on_foreign"] == "{{ not _k8s_take_over | bool }}" and task["state"] == "{{ _k8s_state }}"
+    assert block[check]["when"][0].startswith("not _k8s_take_over | bool or ")
+    assert check < names.index("Delete the objects the role made, last first, one at a time (with --diff)")
+
+
+class NamespacedFakeResources(FakeResources):
+    """Serves Namespace (cluster-scoped) besides ConfigMap."""
+
+    def get(self, api_version, kind):
+        if kind == "Namespace":
+            res = FakeResource()
+            res.namespaced = False
+            res.path = lambda name=None, namespace=None: f"/api/v1/namespaces/{name}"
+            return res
+        return super().get(api_version, kind)
+
+
+def test_missing_namespaces_are_read_once_each_in_the_objects_order():
+    api = FakeApi({"/api/v1/namespaces/there": {"metadata": {"name": "there"}}})
+    api.resources = NamespacedFakeResources()
+    seen = []
+    request = api.request
+    api.request = lambda method, path, serializer=None: seen.append(path) or request(method, path, serializer)
+    wanted = [obj(name="a"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "there"}},
+              {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "c"}},
+              obj(name="d"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "e", "namespace": "new"}}]
+    assert module.missing_namespaces(api, wanted) == ["ns", "new"]
+    assert seen == ["/api/v1/namespaces/ns", "/api/v1/namespaces/there", "/api/v1/namespaces/new"]
