@@ -9,6 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: cluster_autoscaler_iam_policy
 short_description: The IAM policy of the cluster-autoscaler, scoped to one EKS cluster
+version_added: 1.1.0
 description:
   - The policy document of the cluster-autoscaler the C(k8sgpu.nvidia.cluster_autoscaler) role installs, the
     role's C(files/iam-policy.json) with the placeholder C(CLUSTER_NAME) replaced by the cluster's name - the

@@ -9,6 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: karpenter_iam_policy
 short_description: The IAM policy of Karpenter's controller, scoped to one EKS cluster
+version_added: 1.1.0
 description:
   - The policy document of the controller the C(k8sgpu.nvidia.karpenter) role installs - Karpenter v1's
     C(KarpenterControllerPolicy) (its getting-started CloudFormation template). C(playbooks/eks.yml) puts it inline
