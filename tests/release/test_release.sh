@@ -43,6 +43,13 @@ for need in MANIFEST.json FILES.json README.md LICENSE requirements.txt requirem
   grep -qx "$need" <<<"$listing" || { echo "missing from the tarball: $need" >&2; exit 1; }
 done
 
+# RELEASE_INSTALL_CHECK=0 (make test's release-check: make compat installs the tarball and checks every playbook at
+# both ends of the dependency ranges): the tarball and its contents only.
+if [ "${RELEASE_INSTALL_CHECK:-1}" = 0 ]; then
+  echo "tarball contents checked; the install and playbook checks are left to make compat (RELEASE_INSTALL_CHECK=0)"
+  exit 0
+fi
+
 # As the README's offline install: the dependencies are the ones under test ($deps), which ansible-galaxy checks
 # against galaxy.yml's ranges (amazon.aws <11.0.0 failed here beside PyPI's ansible 14's 11.4.0).
 ANSIBLE_COLLECTIONS_PATH="$work/installed:$deps" ansible-galaxy collection install --offline --force \
