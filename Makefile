@@ -98,6 +98,12 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # INTEGRATION_BESIDE= runs every step one after the other (lint, sanity, cloud,
 # molecule, compat, requirements-install, lab, integration).
 INTEGRATION_BESIDE ?= lint sanity cloud molecule compat requirements-install
+# The side steps yield the CPUs to the lab tests: nice 19 for their processes, CPU weight 2 (of 1024) for molecule's
+# containers. The lab tests are the critical path: with the side steps at equal priority on 2 CPUs they ran 3-4x
+# slower than alone while the side steps lasted (docs/development.md), and since 1.1.0 the side steps last longer
+# (compat at both ends, the requirements installs).
+BESIDE_NICE ?= 19
+BESIDE_CPU_SHARES ?= 2
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
 test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molecule, compat (both ends), requirements-install, lab integration
 	$(STAMP)
@@ -105,7 +111,8 @@ test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molec
 	$(MAKE) --no-print-directory lab-images; \
 	rc=0; lab=0; $(MAKE) --no-print-directory lab || lab=1; \
 	echo "[make $(strip $(INTEGRATION_BESIDE)) started $$(date +%H:%M:%S) beside make integration; log: $(BESIDE_LOG)]"; \
-	setsid $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) MOLECULE_NEEDS=venv RELEASE_INSTALL_CHECK=0 >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
+	setsid nice -n $(BESIDE_NICE) $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) MOLECULE_NEEDS=venv RELEASE_INSTALL_CHECK=0 \
+	  MOLECULE_CPU_SHARES=$(BESIDE_CPU_SHARES) >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
 	trap 'kill -- -$$beside 2>/dev/null' INT TERM; \
 	if [ $$lab -eq 0 ]; then $(MAKE) --no-print-directory integration || rc=1; else rc=1; fi; \
 	r=0; wait $$beside || r=$$?; \
@@ -237,9 +244,16 @@ cloud: venv  ## cloud modules against a local moto server (tests/cloud; no AWS a
 MOLECULE_BESIDE ?= driver
 # What molecule needs made first (make test, which has made lab-images, sets venv).
 MOLECULE_NEEDS ?= lab-images
+# The CPU weight of molecule's containers (docker update --cpu-shares, every 5 s while molecule runs; empty: docker's
+# default, 1024). make test sets 2: the processes in molecule's containers (apt, DKMS builds) are children of
+# containerd, not of make, so the nice level of make test's side steps does not reach them.
+MOLECULE_CPU_SHARES ?=
 molecule: $(MOLECULE_NEEDS)  ## molecule scenarios on the lab's Debian images
 	$(STAMP)
 	source $(K8SGPU_LAB_STATE)/env; rc=0; beside=(); \
+	if [ -n "$(MOLECULE_CPU_SHARES)" ]; then \
+	  ( while sleep 5; do docker ps -q --filter name=molecule- | xargs -r docker update --cpu-shares $(MOLECULE_CPU_SHARES) \
+	      >/dev/null 2>&1 || true; done ) & shares=$$!; trap 'kill $$shares 2>/dev/null || true' EXIT; fi; \
 	for s in $(MOLECULE_BESIDE); do \
 	  echo "[molecule $$s started $$(date +%H:%M:%S) beside the others; log: $(K8SGPU_LAB_STATE)/molecule-$$s.log]"; \
 	  molecule test -s $$s >$(K8SGPU_LAB_STATE)/molecule-$$s.log 2>&1 & beside+=("$$s:$$!"); done; \
