@@ -104,15 +104,17 @@ INTEGRATION_BESIDE ?= lint sanity cloud molecule compat requirements-install
 # (compat at both ends, the requirements installs).
 BESIDE_NICE ?= 19
 BESIDE_CPU_SHARES ?= 2
+BESIDE_MOLECULE_DRIVER_ARGS ?= --platform-name molecule-driver-debian12
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
 test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molecule, compat (both ends), requirements-install, lab integration
 	$(STAMP)
-	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory lint sanity cloud molecule compat requirements-install lab integration RELEASE_INSTALL_CHECK=0; fi; \
+	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory lint sanity cloud molecule compat requirements-install lab integration RELEASE_INSTALL_CHECK=0 MOLECULE_DRIVER_ARGS="$(BESIDE_MOLECULE_DRIVER_ARGS)"; fi; \
 	$(MAKE) --no-print-directory lab-images; \
 	rc=0; lab=0; $(MAKE) --no-print-directory lab || lab=1; \
 	echo "[make $(strip $(INTEGRATION_BESIDE)) started $$(date +%H:%M:%S) beside make integration; log: $(BESIDE_LOG)]"; \
 	setsid nice -n $(BESIDE_NICE) $(MAKE) --no-print-directory $(INTEGRATION_BESIDE) MOLECULE_NEEDS=venv RELEASE_INSTALL_CHECK=0 \
-	  MOLECULE_CPU_SHARES=$(BESIDE_CPU_SHARES) >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
+	  MOLECULE_CPU_SHARES=$(BESIDE_CPU_SHARES) MOLECULE_DRIVER_ARGS="$(BESIDE_MOLECULE_DRIVER_ARGS)" \
+	  >$(BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
 	trap 'kill -- -$$beside 2>/dev/null' INT TERM; \
 	if [ $$lab -eq 0 ]; then $(MAKE) --no-print-directory integration || rc=1; else rc=1; fi; \
 	r=0; wait $$beside || r=$$?; \
@@ -248,6 +250,10 @@ MOLECULE_NEEDS ?= lab-images
 # default, 1024). make test sets 2: the processes in molecule's containers (apt, DKMS builds) are children of
 # containerd, not of make, so the nice level of make test's side steps does not reach them.
 MOLECULE_CPU_SHARES ?=
+# Extra arguments of `molecule test -s driver`. make test sets --platform-name molecule-driver-debian12: the lab's
+# first site.yml (tests/lab/test_site.py) builds the same Debian 13 Tesla 535 module with DKMS on k8sgpu-lab-gpu-2
+# (host_vars: driver_branch "535"), and each DKMS build is minutes of both CPUs.
+MOLECULE_DRIVER_ARGS ?=
 molecule: $(MOLECULE_NEEDS)  ## molecule scenarios on the lab's Debian images
 	$(STAMP)
 	source $(K8SGPU_LAB_STATE)/env; rc=0; beside=(); \
@@ -256,10 +262,12 @@ molecule: $(MOLECULE_NEEDS)  ## molecule scenarios on the lab's Debian images
 	      >/dev/null 2>&1 || true; done ) & shares=$$!; trap 'kill $$shares 2>/dev/null || true' EXIT; fi; \
 	for s in $(MOLECULE_BESIDE); do \
 	  echo "[molecule $$s started $$(date +%H:%M:%S) beside the others; log: $(K8SGPU_LAB_STATE)/molecule-$$s.log]"; \
-	  molecule test -s $$s >$(K8SGPU_LAB_STATE)/molecule-$$s.log 2>&1 & beside+=("$$s:$$!"); done; \
+	  args=(); [ "$$s" != driver ] || args=($(MOLECULE_DRIVER_ARGS)); \
+	  molecule test -s $$s $${args[@]+"$${args[@]}"} >$(K8SGPU_LAB_STATE)/molecule-$$s.log 2>&1 & beside+=("$$s:$$!"); done; \
 	for s in molecule/*/molecule.yml; do s=$${s#molecule/}; s=$${s%/molecule.yml}; \
 	  case " $(MOLECULE_BESIDE) " in *" $$s "*) continue ;; esac; \
-	  echo "[molecule $$s started $$(date +%H:%M:%S)]"; molecule test -s $$s || { rc=1; break; }; done; \
+	  args=(); [ "$$s" != driver ] || args=($(MOLECULE_DRIVER_ARGS)); \
+	  echo "[molecule $$s started $$(date +%H:%M:%S)]"; molecule test -s $$s $${args[@]+"$${args[@]}"} || { rc=1; break; }; done; \
 	for b in $${beside[@]+"$${beside[@]}"}; do s=$${b%%:*}; r=0; wait $${b#*:} || r=$$?; \
 	  echo "[molecule $$s ended $$(date +%H:%M:%S), rc $$r; its output:]"; cat $(K8SGPU_LAB_STATE)/molecule-$$s.log; \
 	  [ $$r -eq 0 ] || rc=1; done; \
