@@ -251,8 +251,11 @@ def missing_namespaces(api, objects: list) -> list:
         namespace = (obj.get("metadata") or {}).get("namespace") if isinstance(obj, dict) else None
         if namespace and namespace not in named:
             named.append(namespace)
-    return [ns for ns in named if read_object(api, {"apiVersion": "v1", "kind": "Namespace",
-                                                      "metadata": {"name": ns}}) is None]
+    missing = []
+    for namespace in named:
+        if read_object(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}) is None:
+            missing.append(namespace)
+    return missing
 
 
 def main():
