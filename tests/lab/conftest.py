@@ -46,9 +46,9 @@ def core(kubeconfig) -> client.CoreV1Api:
     return client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
 
 
-def run(cmd: list[str], env_extra: dict | None = None, **kw) -> subprocess.CompletedProcess:
+def run(cmd: list[str], env_extra: dict | None = None, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0", **(env_extra or {})}
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False, **kw)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False, **kw)
 
 
 def node_sh(host: str, cmd: str, check: bool = True, timeout: int = 600) -> str:
@@ -62,8 +62,8 @@ def node_sh(host: str, cmd: str, check: bool = True, timeout: int = 600) -> str:
 
 @pytest.fixture(scope="session")
 def playbook():
-    def _run(*args: str) -> subprocess.CompletedProcess:
-        return run(["ansible-playbook", "-i", "inventories/lab", *args])
+    def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+        return run(["ansible-playbook", "-i", "inventories/lab", *args], timeout=timeout)
     return _run
 
 
