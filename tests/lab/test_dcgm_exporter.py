@@ -316,8 +316,9 @@ def test_wait_names_each_gpu_node_without_an_exporter_and_why(core, namespace, g
 @pytest.mark.parametrize("extra, message", [
     ({"dcgm_exporter_image_digest": "sha256:xyz"}, "image_digest='sha256:xyz' (empty or sha256:<64 hex>)"),
     ({"dcgm_exporter_extra_counters": [{"field": "DCGM_FI_DEV_FAN_SPEED", "type": "gauges", "help": "Fan"}]},
-     "dcgm_exporter_extra_counters[0] (DCGM_FI_DEV_FAN_SPEED): unknown type 'gauges'; the exporter accepts gauge, "
-     "counter, histogram, summary, label"),
+     # Refused by the role's argument spec (suboption choices, 1.1.0), before any host or object is read.
+     "value of type must be one of: gauge, counter, histogram, summary, label, got: gauges found in "
+     "dcgm_exporter_extra_counters"),
     ({"dcgm_exporter_extra_counters": [{"field": "DCGM_FI_DEV_GPU_TEMP", "type": "gauge", "help": "again"}]},
      "DCGM_FI_DEV_GPU_TEMP is listed twice"),
     ({"dcgm_exporter_service_monitor": "yes"},
