@@ -57,18 +57,27 @@ _value:
   elements: dict
 """
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
 
-def _union(a: Mapping, b: Mapping) -> dict:
-    """Union of two FieldsV1 trees ({"f:spec": {"f:x": {}}, ...})."""
-    out = copy.deepcopy(dict(a))
+def _plain(value: Any) -> Any:
+    """A copy made of plain dicts and lists. Not copy.deepcopy: Ansible hands filters its lazy containers, whose deep
+    copy renders and copies every value again at each level (a DaemonSet's FieldsV1 tree took about 12 s a call)."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _union(a: dict, b: dict) -> dict:
+    """Union of two FieldsV1 trees ({"f:spec": {"f:x": {}}, ...}) made of plain dicts (_plain), as a new dict."""
+    out = dict(a)
     for key, value in b.items():
-        out[key] = _union(out.get(key) or {}, value or {}) if key in out else copy.deepcopy(value)
+        out[key] = _union(out[key] or {}, value or {}) if key in out else value
     return out
 
 
@@ -92,9 +101,9 @@ def take_over_fields(managed_fields: Any, managers: Sequence[str], manager: str)
         return list(managed_fields)
     ours = next((e for e in entries if e.get("manager") == manager and e.get("operation") == "Apply"
                  and not e.get("subresource")), None)
-    fields: dict = dict((ours or {}).get("fieldsV1") or {})
+    fields: dict = _plain((ours or {}).get("fieldsV1") or {})
     for entry in legacy:
-        fields = _union(fields, entry.get("fieldsV1") or {})
+        fields = _union(fields, _plain(entry.get("fieldsV1") or {}))
     out = []
     for entry in entries:
         if entry is legacy[0] and ours is None:

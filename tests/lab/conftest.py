@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import queue
+import resource
 import subprocess
 import threading
 import time
@@ -138,6 +139,23 @@ def build_for(config, cmd: list[str]) -> None:
     if rc != 0:
         pytest.fail(f"`{' '.join(cmd)}` failed (rc {rc}); these tests need what it builds:\n" + "\n".join(seen[-40:]),
                     pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _timing(request):
+    """With K8SGPU_LAB_TIMINGS=FILE: one line per test appended to FILE, its wall time and the CPU time of the
+    processes it ran and waited for (ansible-playbook and its modules, kubectl; not the lab's containers), in seconds.
+    Where the two differ most, a test waits on the cluster rather than on the CPU (docs/development.md)."""
+    path = os.environ.get("K8SGPU_LAB_TIMINGS")
+    if not path:
+        yield
+        return
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    yield
+    after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - start
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(f"{wall:8.1f} {cpu:8.1f} {request.node.nodeid}\n")
 
 
 @pytest.fixture(scope="module", autouse=True)
