@@ -95,9 +95,11 @@ site: lab  ## on a fresh machine: install what is missing, bring the lab up, run
 # not wait behind it (MOLECULE_NEEDS=venv). The side steps' output is shown
 # when they end (log: $(BESIDE_LOG)); make test fails if either side fails;
 # an interrupt stops both (the side steps run in a process group of their own).
-# INTEGRATION_BESIDE= runs every step one after the other (lint, sanity, cloud,
-# molecule, compat, requirements-install, lab, integration).
-INTEGRATION_BESIDE ?= lint sanity cloud molecule compat requirements-install
+# INTEGRATION_BESIDE= runs every step one after the other (unit, lint, sanity,
+# cloud, molecule, compat, requirements-install, lab, integration). The unit
+# tests are a side step too (about 3 min of one core that no longer delay the
+# lab tests' start).
+INTEGRATION_BESIDE ?= unit lint sanity cloud molecule compat requirements-install
 # The side steps yield the CPUs to the lab tests: nice 19 for their processes, CPU weight 2 (of 1024) for molecule's
 # containers. The lab tests are the critical path: with the side steps at equal priority on 2 CPUs they ran 3-4x
 # slower than alone while the side steps lasted (docs/development.md), and since 1.1.0 the side steps last longer
@@ -109,9 +111,9 @@ BESIDE_CPU_SHARES ?= 2
 # checks (tests/lab/test_site.py); `make molecule` runs it.
 BESIDE_MOLECULE_SKIP ?= driver
 BESIDE_LOG = $(K8SGPU_LAB_STATE)/beside-integration.log
-test: deps prebuild unit  ## every test: unit, lint, sanity, cloud (moto), molecule, compat (both ends), requirements-install, lab integration
+test: deps prebuild  ## every test: unit, lint, sanity, cloud (moto), molecule, compat (both ends), requirements-install, lab integration
 	$(STAMP)
-	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory lint sanity cloud molecule compat requirements-install lab integration RELEASE_INSTALL_CHECK=0 MOLECULE_SKIP="$(BESIDE_MOLECULE_SKIP)"; fi; \
+	@if [ -z "$(strip $(INTEGRATION_BESIDE))" ]; then exec $(MAKE) --no-print-directory unit lint sanity cloud molecule compat requirements-install lab integration RELEASE_INSTALL_CHECK=0 MOLECULE_SKIP="$(BESIDE_MOLECULE_SKIP)"; fi; \
 	$(MAKE) --no-print-directory lab-images; \
 	rc=0; lab=0; $(MAKE) --no-print-directory lab || lab=1; \
 	echo "[make $(strip $(INTEGRATION_BESIDE)) started $$(date +%H:%M:%S) beside make integration; log: $(BESIDE_LOG)]"; \
@@ -276,9 +278,24 @@ molecule: $(MOLECULE_NEEDS)  ## molecule scenarios on the lab's Debian images
 	  [ $$r -eq 0 ] || rc=1; done; \
 	exit $$rc
 
+# Lab test files that touch no Kubernetes object and no lab node: each works in node containers of its own
+# (lab.sh node, docker run) or on local files. They run in a second pytest beside the others, which are mostly one
+# ansible-playbook at a time on one CPU (docs/development.md); their output is shown when both end.
+# LAB_BESIDE_FILES= runs every file in one pytest.
+LAB_BESIDE_FILES ?= test_container_toolkit_site.py test_driver_flavour.py test_trust_proxy_keys.py \
+  test_container_runtime_config.py
+LAB_BESIDE_LOG = $(K8SGPU_LAB_STATE)/integration-beside.log
 integration: lab  ## lab integration tests (tests/lab) against the running lab
 	$(STAMP)
-	pytest -q --durations=20 tests/lab
+	@files=(); ignore=(); for f in $(LAB_BESIDE_FILES); do files+=(tests/lab/$$f); ignore+=(--ignore=tests/lab/$$f); done; \
+	if [ $${#files[@]} -eq 0 ]; then exec pytest -q --durations=20 tests/lab; fi; \
+	echo "[lab tests $(strip $(LAB_BESIDE_FILES)) started $$(date +%H:%M:%S) beside the others; log: $(LAB_BESIDE_LOG)]"; \
+	pytest -q -p no:cacheprovider --durations=10 "$${files[@]}" >$(LAB_BESIDE_LOG) 2>&1 </dev/null & beside=$$!; \
+	trap 'kill $$beside 2>/dev/null' INT TERM; \
+	rc=0; pytest -q --durations=20 "$${ignore[@]}" tests/lab || rc=1; \
+	r=0; wait $$beside || r=$$?; \
+	echo "[lab tests $(strip $(LAB_BESIDE_FILES)) ended $$(date +%H:%M:%S), rc $$r; their output:]"; cat $(LAB_BESIDE_LOG); \
+	[ $$r -eq 0 ] || rc=1; exit $$rc
 
 upgrade-test: lab  ## rolling driver upgrade on real packages, 535.216.03 -> 535.261.03 with DKMS (slow; not in make test)
 	lab/upgrade-nodes.sh image
