@@ -189,13 +189,39 @@ build_karpenter() {
   log "karpenter $KARPENTER_VERSION (kwok provider): built into $out"
 }
 
+# Helm, for the lab tests of the roles that install charts through kubernetes.core.helm (prometheus_stack). Built
+# with the release's version flags, as Helm's own Makefile links it: a plain `go install` gives a Helm that says
+# v3.22 without a patch level and believes every cluster is Kubernetes v1.20 (chartutil's default capabilities,
+# which `helm template` and `helm lint` use), and refuses charts with a later kubeVersion. The Kubernetes version
+# linked in is that of the client-go Helm is built with (its go.mod), as Helm's Makefile does.
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+helm_bin_dir() { echo "$K8SGPU_CACHE/bin/helm-$HELM_VERSION"; }
+build_helm() {
+  local out; out="$(helm_bin_dir)"
+  if [ -x "$out/helm" ]; then log "helm $HELM_VERSION: cached in $out"; return; fi
+  log "helm $HELM_VERSION: building from the Go module proxy"
+  local modfile minor pkg="helm.sh/helm/v3" ldflags
+  modfile=$(GOFLAGS="" go mod download -json "$pkg@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -f "$modfile" ] || die "could not fetch $pkg@$HELM_VERSION's go.mod from the Go module proxy"
+  minor=$(sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$modfile" | head -n1)
+  [ -n "$minor" ] || die "no k8s.io/client-go requirement in $pkg@$HELM_VERSION's go.mod"
+  ldflags="-s -w -X $pkg/internal/version.version=$HELM_VERSION -X $pkg/internal/version.gitTreeState=clean"
+  ldflags="$ldflags -X $pkg/pkg/lint/rules.k8sVersionMajor=1 -X $pkg/pkg/lint/rules.k8sVersionMinor=$minor"
+  ldflags="$ldflags -X $pkg/pkg/chartutil.k8sVersionMajor=1 -X $pkg/pkg/chartutil.k8sVersionMinor=$minor"
+  mkdir -p "$out.tmp"
+  run_build "helm $HELM_VERSION" "$K8SGPU_CACHE/src/helm-$HELM_VERSION.log" \
+    env GOBIN="$out.tmp" GOFLAGS= go install -trimpath -ldflags "$ldflags" "$pkg/cmd/helm@$HELM_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  log "helm $HELM_VERSION: built into $out"
+}
+
 # What `lab.sh up` (and so `make site`) needs: the container toolkit's apt
 # repository (first: molecule needs it, not the cluster), kwok and the control
 # plane. The rest only tests use; they build it when they run
 # (tests/lab/conftest.py), and `make test`'s prebuild builds it in the
 # background meanwhile.
 LAB_TARGETS=(toolkit kwok etcd kubernetes)
-EXTRA_TARGETS=(crio-config prometheus adapter karpenter)
+EXTRA_TARGETS=(helm crio-config prometheus adapter karpenter)
 USAGE="usage: $0 [all|lab|extras|TARGET...]; lab: ${LAB_TARGETS[*]}; extras: ${EXTRA_TARGETS[*]}"
 
 # One builder per target and cache: a second one (`lab.sh up` while `make
@@ -225,6 +251,7 @@ build_one() {
     prometheus) build_prometheus ;;
     adapter) build_adapter ;;
     karpenter) build_karpenter ;;
+    helm) build_helm ;;
   esac
 }
 
