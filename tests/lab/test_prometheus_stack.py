@@ -1,0 +1,262 @@
+"""prometheus_stack against the lab's real API server: kube-prometheus-stack 88.5.3 (../shared/charts) installed by
+kubernetes.core.helm with Helm built from the Go module proxy (lab/build-binaries.sh helm). Check mode installs
+nothing; the release is deployed and reported by Helm and its objects (Prometheus, Alertmanager, their CRDs) accepted
+by the API server; a second run and check/diff mode change nothing; the monitoring playbook's switch installs the
+stack first and its Prometheus selects the GPU ServiceMonitor and PrometheusRule (the Prometheus CR's selectors
+against their labels and namespaces), its Grafana sidecar the dashboard ConfigMap, its Alertmanager routes the GPU
+alerts to the site's receiver and the adapter asks its Prometheus Service; absent uninstalls the release and leaves
+the CRDs. The lab's CRDs and everything not the test's are left as they were (the CRDs Helm added are removed at the
+end). kwok runs no container: the stack's pods are Running without running, so no Prometheus scrapes here."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from ansible_output import recap
+from conftest import KUBECTL, ROOT, build_for, run
+
+NS = "k8sgpu-stack"
+RELEASE = "kube-prometheus-stack"
+FULLNAME = "kube-prometheus-stack"
+EXPORTER_NS = "k8sgpu-stack-dcgm"
+ALERTS_NS = "k8sgpu-stack-alerts"
+CHART_VERSION = "88.5.3"
+SHARED_CHART = ROOT.parent / "shared" / "charts" / "kube-prometheus-stack"
+CACHE = Path(os.environ.get("K8SGPU_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "k8sgpu-lab"))
+HELM_DIR = CACHE / "bin" / f"helm-{os.environ.get('HELM_VERSION', 'v3.22.0')}"
+# The same chart with its dependencies in charts/, where ../shared's copy lacks them.
+CACHED_CHART = CACHE / "charts" / f"kube-prometheus-stack-{CHART_VERSION}"
+SUBCHARTS = ("crds", "kube-state-metrics", "prometheus-node-exporter", "grafana", "prometheus-windows-exporter")
+RECEIVER = {"name": "gpu-oncall", "webhook_configs": [{"url": "http://127.0.0.1:9/gpu"}]}
+
+
+def chart_dir() -> Path | None:
+    for path in (SHARED_CHART, CACHED_CHART):
+        if all((path / "charts" / sub / "Chart.yaml").is_file() for sub in SUBCHARTS):
+            return path
+    return None
+
+
+def _ignore_404(call, *args, **kwargs) -> None:
+    try:
+        call(*args, **kwargs)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run([str(HELM_DIR / "helm"), "--kubeconfig", KUBECTL[-1], *args], capture_output=True,
+                         text=True, timeout=300, check=False)
+    if check:
+        assert res.returncode == 0, res.stderr
+    return res
+
+
+def monitoring_crds(ext: client.ApiextensionsV1Api) -> set[str]:
+    return {c.metadata.name for c in ext.list_custom_resource_definition().items
+            if c.metadata.name.endswith(".monitoring.coreos.com")}
+
+
+def delete_namespaces(core: client.CoreV1Api, names: list[str]) -> None:
+    for name in names:
+        _ignore_404(core.delete_namespace, name)
+    for _attempt in range(600):
+        left = [n for n in names if n in {ns.metadata.name for ns in core.list_namespace().items}]
+        if not left:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"namespaces {left} not deleted after 120 s")
+
+
+def selects(selector: dict | None, labels: dict) -> bool:
+    """A Kubernetes label selector (None selects nothing, {} everything) against labels."""
+    if selector is None:
+        return False
+    labels = labels or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and labels.get(key) in values) \
+                or (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
+            return False
+    return True
+
+
+class Stack:
+    """The module's lab: the chart, the environment of its playbooks, and its reads."""
+
+    def __init__(self, core: client.CoreV1Api, chart: Path, tmp: Path):
+        self.core, self.chart, self.tmp = core, chart, tmp
+        self.custom = client.CustomObjectsApi(core.api_client)
+        self.apps = client.AppsV1Api(core.api_client)
+        self.env = {"PATH": f"{HELM_DIR}:{os.environ['PATH']}"}
+        # What the lab cannot or must not run: the admission webhooks (their certificate Jobs, and a webhook the API
+        # server would call for every PrometheusRule of the shared lab) and the operator's TLS (from their Secret).
+        self.vars = {"prometheus_stack_namespace": NS, "prometheus_stack_chart_ref": str(chart),
+                     "prometheus_stack_values": {"prometheusOperator": {"admissionWebhooks": {"enabled": False},
+                                                                        "tls": {"enabled": False}}}}
+
+    def playbook(self, path: str, extra: dict, *args: str) -> subprocess.CompletedProcess:
+        return run(["ansible-playbook", "-i", "inventories/lab", "--limit", "localhost", path,
+                    "-e", json.dumps({**self.vars, **extra}), *args], env_extra=self.env)
+
+    def role(self, *args: str, **extra) -> subprocess.CompletedProcess:
+        return self.playbook("tests/lab/playbooks/role.yml", {"role": "prometheus_stack", **extra}, *args)
+
+    def release(self) -> dict | None:
+        out = json.loads(helm("list", "-n", NS, "--all", "-o", "json").stdout or "[]")
+        return next((r for r in out if r["name"] == RELEASE), None)
+
+    def prometheus(self) -> dict:
+        return self.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", NS, "prometheuses",
+                                                        f"{FULLNAME}-prometheus")
+
+    def namespace_labels(self, name: str) -> dict:
+        return self.core.read_namespace(name).metadata.labels or {}
+
+
+def changed(res: subprocess.CompletedProcess) -> int:
+    return recap(res.stdout).get("localhost", {}).get("changed", -1)
+
+
+def out(res: subprocess.CompletedProcess) -> str:
+    return res.stdout[-6000:] + res.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def stack(request, core, tmp_path_factory):
+    chart = chart_dir()
+    if chart is None:
+        pytest.skip(f"no kube-prometheus-stack {CHART_VERSION} with its dependencies ({', '.join(SUBCHARTS)}) in "
+                    f"{SHARED_CHART}/charts or {CACHED_CHART}/charts (../shared/charts/README.md)")
+    build_for(request.config, ["lab/build-binaries.sh", "helm"])
+    ext = client.ApiextensionsV1Api(core.api_client)
+    crds_before = monitoring_crds(ext)
+    s = Stack(core, chart, tmp_path_factory.mktemp("prometheus-stack"))
+
+    def clean():
+        if s.release():
+            helm("uninstall", RELEASE, "-n", NS, "--wait")
+        delete_namespaces(core, [NS, EXPORTER_NS, ALERTS_NS])
+
+    clean()
+    yield s
+    clean()
+    # The CRDs Helm created (those missing before): Helm never removes them; the lab's own stay.
+    for name in monitoring_crds(ext) - crds_before:
+        _ignore_404(ext.delete_custom_resource_definition, name)
+
+
+def test_check_mode_installs_nothing(stack):
+    res = stack.role("--check")
+    assert res.returncode == 0, out(res)
+    assert changed(res) >= 2, out(res)  # the namespace and the release
+    assert stack.release() is None
+    assert NS not in {n.metadata.name for n in stack.core.list_namespace().items}
+
+
+def test_install(stack):
+    res = stack.role()
+    assert res.returncode == 0, out(res)
+    assert changed(res) >= 2, out(res)
+    rel = stack.release()
+    assert rel and rel["status"] == "deployed" and rel["chart"] == f"kube-prometheus-stack-{CHART_VERSION}", rel
+    # The guide's setting: every ServiceMonitor, PodMonitor, Probe, ScrapeConfig and PrometheusRule of every namespace.
+    spec = stack.prometheus()["spec"]
+    for kind in ("serviceMonitor", "podMonitor", "probe", "scrapeConfig", "rule"):
+        assert spec[f"{kind}Selector"] == {} and spec[f"{kind}NamespaceSelector"] == {}, (kind, spec)
+    # Prometheus sends alerts to the release's Alertmanager, which the API server accepted too.
+    am = stack.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", NS, "alertmanagers",
+                                                   f"{FULLNAME}-alertmanager")
+    assert am["metadata"]["name"] in json.dumps(spec["alerting"]), spec.get("alerting")
+    ext = client.ApiextensionsV1Api(stack.core.api_client)
+    assert {"prometheuses.monitoring.coreos.com", "alertmanagers.monitoring.coreos.com",
+            "servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"} <= monitoring_crds(ext)
+    ns = stack.core.read_namespace(NS).metadata
+    assert ns.labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert ns.annotations["k8sgpu.nvidia/created-by"] == "prometheus_stack"
+    for name in (f"{FULLNAME}-operator", f"{RELEASE}-grafana", f"{RELEASE}-kube-state-metrics"):
+        assert stack.apps.read_namespaced_deployment(name, NS).status.ready_replicas == 1, name  # helm --wait
+
+
+def test_second_run_and_check_diff_change_nothing(stack):
+    res = stack.role()
+    assert res.returncode == 0 and changed(res) == 0, out(res)
+    res = stack.role("--check", "--diff")
+    assert res.returncode == 0 and changed(res) == 0, out(res)
+    assert stack.release()["revision"] == "1"
+
+
+def _sidecar_env(stack: Stack) -> dict:
+    grafana = stack.apps.read_namespaced_deployment(f"{RELEASE}-grafana", NS)
+    container = next(c for c in grafana.spec.template.spec.containers if c.name == "grafana-sc-dashboard")
+    return {e.name: e.value for e in container.env or []}
+
+
+def test_monitoring_switch_wires_the_gpu_parts(stack, tmp_path):
+    res = stack.playbook("playbooks/monitoring.yml", {
+        "prometheus_stack_install": True, "prometheus_stack_gpu_alert_receiver": RECEIVER,
+        "dcgm_exporter_namespace": EXPORTER_NS, "dcgm_exporter_wait": False, "gpu_alerts_namespace": ALERTS_NS,
+        # The adapter's configuration only: nothing answers at the stack's Prometheus Service here.
+        "gpu_metrics_adapter_mode": "rules_only", "gpu_metrics_adapter_prometheus_check": "none",
+        "gpu_metrics_adapter_output_dir": str(tmp_path)})
+    try:
+        assert res.returncode == 0, out(res)
+        spec = stack.prometheus()["spec"]
+        # The exporter's ServiceMonitor and the GPU PrometheusRule: selected by the stack's Prometheus.
+        sm = stack.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", EXPORTER_NS, "servicemonitors",
+                                                       "dcgm-exporter")
+        assert selects(spec["serviceMonitorSelector"], sm["metadata"]["labels"]), (spec, sm["metadata"])
+        assert selects(spec["serviceMonitorNamespaceSelector"], stack.namespace_labels(EXPORTER_NS))
+        assert sm["metadata"]["labels"]["release"] == RELEASE
+        rule = stack.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", ALERTS_NS, "prometheusrules",
+                                                         "gpu-alerts")
+        assert selects(spec["ruleSelector"], rule["metadata"]["labels"]), (spec, rule["metadata"])
+        assert selects(spec["ruleNamespaceSelector"], stack.namespace_labels(ALERTS_NS))
+        # The dashboard ConfigMap: in Grafana's namespace, with the label its sidecar loads.
+        env = _sidecar_env(stack)
+        cm = stack.core.read_namespaced_config_map("k8sgpu-gpu-dashboard", NS)
+        assert (cm.metadata.labels or {}).get(env["LABEL"]) == env["LABEL_VALUE"], (env, cm.metadata.labels)
+        assert "NAMESPACE" not in env or env["NAMESPACE"] in ("ALL", NS), env
+        # The adapter asks the stack's Prometheus Service.
+        values = yaml.safe_load((tmp_path / "prometheus-adapter-values.yaml").read_text())
+        url = f"http://{FULLNAME}-prometheus.{NS}.svc:9090"
+        assert values["prometheus"]["url"] + ":" + str(values["prometheus"]["port"]) == url, values["prometheus"]
+        svc = stack.core.read_namespaced_service(f"{FULLNAME}-prometheus", NS)
+        assert 9090 in [p.port for p in svc.spec.ports]
+        # Alertmanager routes every GPU alert of the rule to the site's receiver.
+        secret = stack.core.read_namespaced_secret(f"alertmanager-{FULLNAME}-alertmanager", NS)
+        config = yaml.safe_load(base64.b64decode(secret.data["alertmanager.yaml"]))
+        assert RECEIVER in config["receivers"], config["receivers"]
+        route = next(r for r in config["route"]["routes"] if r["receiver"] == RECEIVER["name"])
+        pattern = re.fullmatch(r'alertname=~"(.*)"', route["matchers"][0]).group(1)
+        alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+        assert alerts and all(re.fullmatch(pattern, a) for a in alerts), (pattern, alerts)
+        assert not re.fullmatch(pattern, "Watchdog")
+        assert stack.release()["revision"] == "2"  # the receiver
+    finally:
+        _ignore_404(stack.core.delete_namespaced_config_map, "k8sgpu-gpu-dashboard", NS)
+        delete_namespaces(stack.core, [EXPORTER_NS, ALERTS_NS])
+
+
+def test_absent_uninstalls_the_release_and_leaves_the_crds(stack):
+    ext = client.ApiextensionsV1Api(stack.core.api_client)
+    crds = monitoring_crds(ext)
+    res = stack.role(prometheus_stack_state="absent")
+    assert res.returncode == 0 and changed(res) >= 2, out(res)
+    assert stack.release() is None
+    assert NS not in {n.metadata.name for n in stack.core.list_namespace().items}
+    assert monitoring_crds(ext) == crds
+    res = stack.role(prometheus_stack_state="absent")
+    assert res.returncode == 0 and changed(res) == 0, out(res)
