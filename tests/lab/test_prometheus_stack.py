@@ -31,11 +31,15 @@ EXPORTER_NS = "k8sgpu-stack-dcgm"
 ALERTS_NS = "k8sgpu-stack-alerts"
 CHART_VERSION = "88.5.3"
 SHARED_CHART = ROOT.parent / "shared" / "charts" / "kube-prometheus-stack"
+# The lab's own monitoring.coreos.com CRDs (other tests apply them): present before the install, so that the test
+# proves Helm leaves CRDs it did not create as they are.
+LAB_CRDS = ROOT.parent / "shared" / "crds" / "monitoring.coreos.com"
 CACHE = Path(os.environ.get("K8SGPU_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "k8sgpu-lab"))
 HELM_DIR = CACHE / "bin" / f"helm-{os.environ.get('HELM_VERSION', 'v3.22.0')}"
 # The same chart with its dependencies in charts/, where ../shared's copy lacks them.
 CACHED_CHART = CACHE / "charts" / f"kube-prometheus-stack-{CHART_VERSION}"
 SUBCHARTS = ("crds", "kube-state-metrics", "prometheus-node-exporter", "grafana", "prometheus-windows-exporter")
+VERSION = "operator.prometheus.io/version"
 RECEIVER = {"name": "gpu-oncall", "webhook_configs": [{"url": "http://127.0.0.1:9/gpu"}]}
 
 
@@ -98,12 +102,14 @@ class Stack:
 
     def __init__(self, core: client.CoreV1Api, chart: Path, tmp: Path):
         self.core, self.chart, self.tmp = core, chart, tmp
+        self.crds: dict[str, tuple] = {}
         self.custom = client.CustomObjectsApi(core.api_client)
         self.apps = client.AppsV1Api(core.api_client)
         self.env = {"PATH": f"{HELM_DIR}:{os.environ['PATH']}"}
         # What the lab cannot or must not run: the admission webhooks (their certificate Jobs, and a webhook the API
         # server would call for every PrometheusRule of the shared lab) and the operator's TLS (from their Secret).
         self.vars = {"prometheus_stack_namespace": NS, "prometheus_stack_chart_ref": str(chart),
+                     "prometheus_stack_gpu_alert_receiver": RECEIVER,
                      "prometheus_stack_values": {"prometheusOperator": {"admissionWebhooks": {"enabled": False},
                                                                         "tls": {"enabled": False}}}}
 
@@ -143,7 +149,14 @@ def stack(request, core, tmp_path_factory):
     build_for(request.config, ["lab/build-binaries.sh", "helm"])
     ext = client.ApiextensionsV1Api(core.api_client)
     crds_before = monitoring_crds(ext)
+    if LAB_CRDS.is_dir():
+        res = subprocess.run([*KUBECTL, "apply", "--server-side", "-f", str(LAB_CRDS)], capture_output=True, text=True,
+                             check=False)
+        assert res.returncode == 0, res.stderr
     s = Stack(core, chart, tmp_path_factory.mktemp("prometheus-stack"))
+    # CRD name -> (generation, operator version) of those there before the install: a change of spec raises the first.
+    s.crds = {c.metadata.name: (c.metadata.generation, (c.metadata.annotations or {}).get(VERSION))
+              for c in ext.list_custom_resource_definition().items if c.metadata.name.endswith(".monitoring.coreos.com")}
 
     def clean():
         if s.release():
@@ -153,9 +166,15 @@ def stack(request, core, tmp_path_factory):
     clean()
     yield s
     clean()
-    # The CRDs Helm created (those missing before): Helm never removes them; the lab's own stay.
-    for name in monitoring_crds(ext) - crds_before:
+    # The CRDs Helm created and those the fixture applied (missing before the module): the lab's own stay.
+    added = monitoring_crds(ext) - crds_before
+    for name in added:
         _ignore_404(ext.delete_custom_resource_definition, name)
+    for _attempt in range(300):
+        if not monitoring_crds(ext) & added:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"CRDs {sorted(monitoring_crds(ext) & added)} not deleted after 60 s")
 
 
 def test_check_mode_installs_nothing(stack):
@@ -181,8 +200,13 @@ def test_install(stack):
                                                    f"{FULLNAME}-alertmanager")
     assert am["metadata"]["name"] in json.dumps(spec["alerting"]), spec.get("alerting")
     ext = client.ApiextensionsV1Api(stack.core.api_client)
+    crds = {c.metadata.name: (c.metadata.generation, (c.metadata.annotations or {}).get(VERSION))
+            for c in ext.list_custom_resource_definition().items if c.metadata.name.endswith(".monitoring.coreos.com")}
     assert {"prometheuses.monitoring.coreos.com", "alertmanagers.monitoring.coreos.com",
-            "servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"} <= monitoring_crds(ext)
+            "servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"} <= set(crds)
+    # Those already there (the lab's, 0.93.0) are left as they were; Helm created the chart's (0.93.1) missing ones.
+    assert {name: crds[name] for name in stack.crds} == stack.crds
+    assert all(version == "0.93.1" for name, (_generation, version) in crds.items() if name not in stack.crds), crds
     ns = stack.core.read_namespace(NS).metadata
     assert ns.labels["pod-security.kubernetes.io/enforce"] == "privileged"
     assert ns.annotations["k8sgpu.nvidia/created-by"] == "prometheus_stack"
@@ -206,7 +230,7 @@ def _sidecar_env(stack: Stack) -> dict:
 
 def test_monitoring_switch_wires_the_gpu_parts(stack, tmp_path):
     res = stack.playbook("playbooks/monitoring.yml", {
-        "prometheus_stack_install": True, "prometheus_stack_gpu_alert_receiver": RECEIVER,
+        "prometheus_stack_install": True,
         "dcgm_exporter_namespace": EXPORTER_NS, "dcgm_exporter_wait": False, "gpu_alerts_namespace": ALERTS_NS,
         # The adapter's configuration only: nothing answers at the stack's Prometheus Service here.
         "gpu_metrics_adapter_mode": "rules_only", "gpu_metrics_adapter_prometheus_check": "none",
@@ -244,7 +268,7 @@ def test_monitoring_switch_wires_the_gpu_parts(stack, tmp_path):
         alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
         assert alerts and all(re.fullmatch(pattern, a) for a in alerts), (pattern, alerts)
         assert not re.fullmatch(pattern, "Watchdog")
-        assert stack.release()["revision"] == "2"  # the receiver
+        assert stack.release()["revision"] == "1"  # the stack as installed: the playbook's run changed nothing there
     finally:
         _ignore_404(stack.core.delete_namespaced_config_map, "k8sgpu-gpu-dashboard", NS)
         delete_namespaces(stack.core, [EXPORTER_NS, ALERTS_NS])
