@@ -215,13 +215,30 @@ build_helm() {
   log "helm $HELM_VERSION: built into $out"
 }
 
+# Alertmanager, for the lab test that sends the GPU alerts through the configuration kube-prometheus-stack renders
+# (tests/lab/test_prometheus_stack.py). v0.31.1: the last release whose module carries its web UI's assets (later
+# ones embed ui/app/dist, which is built outside Go and absent from the module zip).
+ALERTMANAGER_VERSION="${ALERTMANAGER_VERSION:-v0.31.1}"
+alertmanager_bin_dir() { echo "$K8SGPU_CACHE/bin/alertmanager-$ALERTMANAGER_VERSION"; }
+build_alertmanager() {
+  local out; out="$(alertmanager_bin_dir)"
+  if [ -x "$out/alertmanager" ]; then log "alertmanager $ALERTMANAGER_VERSION: cached in $out"; return; fi
+  log "alertmanager $ALERTMANAGER_VERSION: building from the Go module proxy"
+  mkdir -p "$out.tmp"
+  run_build "alertmanager $ALERTMANAGER_VERSION" "$K8SGPU_CACHE/src/alertmanager-$ALERTMANAGER_VERSION.log" \
+    env GOBIN="$out.tmp" GOFLAGS= go install -trimpath -ldflags '-s -w' \
+      "github.com/prometheus/alertmanager/cmd/alertmanager@$ALERTMANAGER_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  log "alertmanager $ALERTMANAGER_VERSION: built into $out"
+}
+
 # What `lab.sh up` (and so `make site`) needs: the container toolkit's apt
 # repository (first: molecule needs it, not the cluster), kwok and the control
 # plane. The rest only tests use; they build it when they run
 # (tests/lab/conftest.py), and `make test`'s prebuild builds it in the
 # background meanwhile.
 LAB_TARGETS=(toolkit kwok etcd kubernetes)
-EXTRA_TARGETS=(helm crio-config prometheus adapter karpenter)
+EXTRA_TARGETS=(helm crio-config prometheus adapter karpenter alertmanager)
 USAGE="usage: $0 [all|lab|extras|TARGET...]; lab: ${LAB_TARGETS[*]}; extras: ${EXTRA_TARGETS[*]}"
 
 # One builder per target and cache: a second one (`lab.sh up` while `make
@@ -252,6 +269,7 @@ build_one() {
     adapter) build_adapter ;;
     karpenter) build_karpenter ;;
     helm) build_helm ;;
+    alertmanager) build_alertmanager ;;
   esac
 }
 

@@ -6,7 +6,10 @@ stack first and its Prometheus selects the GPU ServiceMonitor and PrometheusRule
 against their labels and namespaces), its Grafana sidecar the dashboard ConfigMap, its Alertmanager routes the GPU
 alerts to the site's receiver and the adapter asks its Prometheus Service; absent uninstalls the release and leaves
 the CRDs. The lab's CRDs and everything not the test's are left as they were (the CRDs Helm added are removed at the
-end). kwok runs no container: the stack's pods are Running without running, so no Prometheus scrapes here."""
+end). kwok runs no container: the stack's pods are Running without running. The GPU alerts reach the site's receiver
+(a local webhook) through a real Alertmanager (built from the Go module proxy) running the configuration the chart
+rendered from the role's values; that the stack's Prometheus sends to that Alertmanager is the Prometheus CR's
+alerting section (test_install), and the rules' evaluation is test_gpu_alerts.py's (promtool)."""
 from __future__ import annotations
 
 import base64
@@ -14,7 +17,10 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,7 +28,8 @@ import yaml
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import KUBECTL, ROOT, build_for, run
+from conftest import GPU_NODES, KUBECTL, ROOT, build_for, run
+from k8sgpu_testlib.monitoring_lab import LabProcess, free_port, http, wait_for
 
 NS = "k8sgpu-stack"
 RELEASE = "kube-prometheus-stack"
@@ -39,8 +46,11 @@ HELM_DIR = CACHE / "bin" / f"helm-{os.environ.get('HELM_VERSION', 'v3.22.0')}"
 # The same chart with its dependencies in charts/, where ../shared's copy lacks them.
 CACHED_CHART = CACHE / "charts" / f"kube-prometheus-stack-{CHART_VERSION}"
 SUBCHARTS = ("crds", "kube-state-metrics", "prometheus-node-exporter", "grafana", "prometheus-windows-exporter")
+ALERTMANAGER_BIN = CACHE / "bin" / f"alertmanager-{os.environ.get('ALERTMANAGER_VERSION', 'v0.31.1')}" / "alertmanager"
 VERSION = "operator.prometheus.io/version"
-RECEIVER = {"name": "gpu-oncall", "webhook_configs": [{"url": "http://127.0.0.1:9/gpu"}]}
+# The site's receiver: a webhook on loopback (the real Alertmanager's test sends there).
+WEBHOOK_PORT = free_port()
+RECEIVER = {"name": "gpu-oncall", "webhook_configs": [{"url": f"http://127.0.0.1:{WEBHOOK_PORT}/gpu"}]}
 
 
 def chart_dir() -> Path | None:
@@ -111,7 +121,9 @@ class Stack:
         self.vars = {"prometheus_stack_namespace": NS, "prometheus_stack_chart_ref": str(chart),
                      "prometheus_stack_gpu_alert_receiver": RECEIVER,
                      "prometheus_stack_values": {"prometheusOperator": {"admissionWebhooks": {"enabled": False},
-                                                                        "tls": {"enabled": False}}}}
+                                                                        "tls": {"enabled": False}},
+                                                 # the site's own setting, merged into the role's route
+                                                 "alertmanager": {"config": {"route": {"group_wait": "1s"}}}}}
 
     def playbook(self, path: str, extra: dict, *args: str) -> subprocess.CompletedProcess:
         return run(["ansible-playbook", "-i", "inventories/lab", "--limit", "localhost", path,
@@ -235,46 +247,103 @@ def test_monitoring_switch_wires_the_gpu_parts(stack, tmp_path):
         # The adapter's configuration only: nothing answers at the stack's Prometheus Service here.
         "gpu_metrics_adapter_mode": "rules_only", "gpu_metrics_adapter_prometheus_check": "none",
         "gpu_metrics_adapter_output_dir": str(tmp_path)})
+    assert res.returncode == 0, out(res)
+    spec = stack.prometheus()["spec"]
+    # The exporter's ServiceMonitor and the GPU PrometheusRule: selected by the stack's Prometheus.
+    sm = stack.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", EXPORTER_NS, "servicemonitors",
+                                                   "dcgm-exporter")
+    assert selects(spec["serviceMonitorSelector"], sm["metadata"]["labels"]), (spec, sm["metadata"])
+    assert selects(spec["serviceMonitorNamespaceSelector"], stack.namespace_labels(EXPORTER_NS))
+    assert sm["metadata"]["labels"]["release"] == RELEASE
+    rule = stack.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", ALERTS_NS, "prometheusrules",
+                                                     "gpu-alerts")
+    assert selects(spec["ruleSelector"], rule["metadata"]["labels"]), (spec, rule["metadata"])
+    assert selects(spec["ruleNamespaceSelector"], stack.namespace_labels(ALERTS_NS))
+    # The dashboard ConfigMap: in Grafana's namespace, with the label its sidecar loads.
+    env = _sidecar_env(stack)
+    cm = stack.core.read_namespaced_config_map("k8sgpu-gpu-dashboard", NS)
+    assert (cm.metadata.labels or {}).get(env["LABEL"]) == env["LABEL_VALUE"], (env, cm.metadata.labels)
+    assert "NAMESPACE" not in env or env["NAMESPACE"] in ("ALL", NS), env
+    # The adapter asks the stack's Prometheus Service.
+    values = yaml.safe_load((tmp_path / "prometheus-adapter-values.yaml").read_text())
+    url = f"http://{FULLNAME}-prometheus.{NS}.svc:9090"
+    assert values["prometheus"]["url"] + ":" + str(values["prometheus"]["port"]) == url, values["prometheus"]
+    svc = stack.core.read_namespaced_service(f"{FULLNAME}-prometheus", NS)
+    assert 9090 in [p.port for p in svc.spec.ports]
+    # Alertmanager routes every GPU alert of the rule to the site's receiver.
+    secret = stack.core.read_namespaced_secret(f"alertmanager-{FULLNAME}-alertmanager", NS)
+    config = yaml.safe_load(base64.b64decode(secret.data["alertmanager.yaml"]))
+    assert RECEIVER in config["receivers"], config["receivers"]
+    route = next(r for r in config["route"]["routes"] if r["receiver"] == RECEIVER["name"])
+    pattern = re.fullmatch(r'alertname=~"(.*)"', route["matchers"][0]).group(1)
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts and all(re.fullmatch(pattern, a) for a in alerts), (pattern, alerts)
+    assert not re.fullmatch(pattern, "Watchdog")
+    assert config["route"]["group_wait"] == "1s"  # the site's value beside the role's routes
+    assert stack.release()["revision"] == "1"  # the stack as installed: the playbook's run changed nothing there
+
+
+def drop_gpu_parts(stack: Stack) -> None:
+    _ignore_404(stack.core.delete_namespaced_config_map, "k8sgpu-gpu-dashboard", NS)
+    delete_namespaces(stack.core, [EXPORTER_NS, ALERTS_NS])
+
+
+class _Webhook(BaseHTTPRequestHandler):
+    received: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).received.append(json.loads(body or b"{}"))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
+def test_gpu_alerts_reach_the_sites_receiver(stack, request, tmp_path):
+    """Each alert of the PrometheusRule (its name and labels, as Prometheus sends it) posted to Alertmanager running
+    the chart's configuration arrives at the site's receiver; an alert of the chart's own does not."""
+    build_for(request.config, ["lab/build-binaries.sh", "alertmanager"])
+    secret = stack.core.read_namespaced_secret(f"alertmanager-{FULLNAME}-alertmanager", NS)
+    (tmp_path / "alertmanager.yml").write_bytes(base64.b64decode(secret.data["alertmanager.yaml"]))
+    rule = stack.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", ALERTS_NS, "prometheusrules",
+                                                     "gpu-alerts")
+    gpu_alerts = {r["alert"]: r.get("labels") or {} for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    _Webhook.received = []
+    server = ThreadingHTTPServer(("127.0.0.1", WEBHOOK_PORT), _Webhook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = free_port()
+    alertmanager = LabProcess("alertmanager-stack", [
+        str(ALERTMANAGER_BIN), f"--config.file={tmp_path / 'alertmanager.yml'}", f"--storage.path={tmp_path / 'am'}",
+        f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"], tmp_path)
     try:
-        assert res.returncode == 0, out(res)
-        spec = stack.prometheus()["spec"]
-        # The exporter's ServiceMonitor and the GPU PrometheusRule: selected by the stack's Prometheus.
-        sm = stack.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", EXPORTER_NS, "servicemonitors",
-                                                       "dcgm-exporter")
-        assert selects(spec["serviceMonitorSelector"], sm["metadata"]["labels"]), (spec, sm["metadata"])
-        assert selects(spec["serviceMonitorNamespaceSelector"], stack.namespace_labels(EXPORTER_NS))
-        assert sm["metadata"]["labels"]["release"] == RELEASE
-        rule = stack.custom.get_namespaced_custom_object("monitoring.coreos.com", "v1", ALERTS_NS, "prometheusrules",
-                                                         "gpu-alerts")
-        assert selects(spec["ruleSelector"], rule["metadata"]["labels"]), (spec, rule["metadata"])
-        assert selects(spec["ruleNamespaceSelector"], stack.namespace_labels(ALERTS_NS))
-        # The dashboard ConfigMap: in Grafana's namespace, with the label its sidecar loads.
-        env = _sidecar_env(stack)
-        cm = stack.core.read_namespaced_config_map("k8sgpu-gpu-dashboard", NS)
-        assert (cm.metadata.labels or {}).get(env["LABEL"]) == env["LABEL_VALUE"], (env, cm.metadata.labels)
-        assert "NAMESPACE" not in env or env["NAMESPACE"] in ("ALL", NS), env
-        # The adapter asks the stack's Prometheus Service.
-        values = yaml.safe_load((tmp_path / "prometheus-adapter-values.yaml").read_text())
-        url = f"http://{FULLNAME}-prometheus.{NS}.svc:9090"
-        assert values["prometheus"]["url"] + ":" + str(values["prometheus"]["port"]) == url, values["prometheus"]
-        svc = stack.core.read_namespaced_service(f"{FULLNAME}-prometheus", NS)
-        assert 9090 in [p.port for p in svc.spec.ports]
-        # Alertmanager routes every GPU alert of the rule to the site's receiver.
-        secret = stack.core.read_namespaced_secret(f"alertmanager-{FULLNAME}-alertmanager", NS)
-        config = yaml.safe_load(base64.b64decode(secret.data["alertmanager.yaml"]))
-        assert RECEIVER in config["receivers"], config["receivers"]
-        route = next(r for r in config["route"]["routes"] if r["receiver"] == RECEIVER["name"])
-        pattern = re.fullmatch(r'alertname=~"(.*)"', route["matchers"][0]).group(1)
-        alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
-        assert alerts and all(re.fullmatch(pattern, a) for a in alerts), (pattern, alerts)
-        assert not re.fullmatch(pattern, "Watchdog")
-        assert stack.release()["revision"] == "1"  # the stack as installed: the playbook's run changed nothing there
+        alertmanager.start()
+        url = f"http://127.0.0.1:{port}"
+        wait_for("Alertmanager", lambda: "OK" in http(f"{url}/-/ready"), 30, log=alertmanager.log)
+        sent = [{"labels": {"alertname": name, **labels, "node": GPU_NODES[0], "gpu": "0"}}
+                for name, labels in gpu_alerts.items()]
+        sent.append({"labels": {"alertname": "KubePodCrashLooping", "severity": "warning", "namespace": NS}})
+        req = urllib.request.Request(f"{url}/api/v2/alerts", data=json.dumps(sent).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 (loopback only)
+            assert resp.status == 200
+
+        def arrived():
+            got = {(n["receiver"], a["labels"]["alertname"]) for n in _Webhook.received for a in n["alerts"]}
+            return got if {name for _r, name in got} >= set(gpu_alerts) else None
+        got = wait_for("the GPU alerts at the site's receiver", arrived, 60, log=alertmanager.log)
+        assert got == {(RECEIVER["name"], name) for name in gpu_alerts}, got
+        assert len(gpu_alerts) == 8
     finally:
-        _ignore_404(stack.core.delete_namespaced_config_map, "k8sgpu-gpu-dashboard", NS)
-        delete_namespaces(stack.core, [EXPORTER_NS, ALERTS_NS])
+        alertmanager.stop()
+        server.shutdown()
+        server.server_close()
+        drop_gpu_parts(stack)
 
 
 def test_absent_uninstalls_the_release_and_leaves_the_crds(stack):
+    drop_gpu_parts(stack)  # the dashboard ConfigMap would keep the namespace
     ext = client.ApiextensionsV1Api(stack.core.api_client)
     crds = monitoring_crds(ext)
     res = stack.role(prometheus_stack_state="absent")
