@@ -238,7 +238,9 @@ build_alertmanager() {
 # (tests/lab/conftest.py), and `make test`'s prebuild builds it in the
 # background meanwhile.
 LAB_TARGETS=(toolkit kwok etcd kubernetes)
-EXTRA_TARGETS=(helm crio-config prometheus adapter karpenter alertmanager)
+# helm and alertmanager first: test_prometheus_stack.py and test_device_plugin_helm.py are not LATE_BUILDS files (they
+# run in the lab tests' alphabetical order), the others' tests run last.
+EXTRA_TARGETS=(helm alertmanager crio-config prometheus adapter karpenter)
 USAGE="usage: $0 [all|lab|extras|TARGET...]; lab: ${LAB_TARGETS[*]}; extras: ${EXTRA_TARGETS[*]}"
 
 # One builder per target and cache: a second one (`lab.sh up` while `make
