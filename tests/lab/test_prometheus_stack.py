@@ -20,7 +20,8 @@ import subprocess
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from functools import partial
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -107,10 +108,15 @@ def selects(selector: dict | None, labels: dict) -> bool:
     return True
 
 
+class _QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
 class Stack:
     """The module's lab: the chart, the environment of its playbooks, and its reads."""
 
-    def __init__(self, core: client.CoreV1Api, chart: Path, tmp: Path):
+    def __init__(self, core: client.CoreV1Api, chart: Path, repo_url: str, tmp: Path):
         self.core, self.chart, self.tmp = core, chart, tmp
         self.crds: dict[str, tuple] = {}
         self.custom = client.CustomObjectsApi(core.api_client)
@@ -118,7 +124,8 @@ class Stack:
         self.env = {"PATH": f"{HELM_DIR}:{os.environ['PATH']}"}
         # What the lab cannot or must not run: the admission webhooks (their certificate Jobs, and a webhook the API
         # server would call for every PrometheusRule of the shared lab) and the operator's TLS (from their Secret).
-        self.vars = {"prometheus_stack_namespace": NS, "prometheus_stack_chart_ref": str(chart),
+        # The chart from a site's mirror (a chart repository on loopback), at the role's pinned version.
+        self.vars = {"prometheus_stack_namespace": NS, "prometheus_stack_chart_repo_url": repo_url,
                      "prometheus_stack_gpu_alert_receiver": RECEIVER,
                      "prometheus_stack_values": {"prometheusOperator": {"admissionWebhooks": {"enabled": False},
                                                                         "tls": {"enabled": False}},
@@ -165,7 +172,13 @@ def stack(request, core, tmp_path_factory):
         res = subprocess.run([*KUBECTL, "apply", "--server-side", "-f", str(LAB_CRDS)], capture_output=True, text=True,
                              check=False)
         assert res.returncode == 0, res.stderr
-    s = Stack(core, chart, tmp_path_factory.mktemp("prometheus-stack"))
+    # A site's mirror: the chart packaged into a chart repository served on loopback.
+    repo = tmp_path_factory.mktemp("chart-repo")
+    helm("package", str(chart), "--destination", str(repo))
+    helm("repo", "index", str(repo))
+    mirror = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietFiles, directory=str(repo)))
+    threading.Thread(target=mirror.serve_forever, daemon=True).start()
+    s = Stack(core, chart, f"http://127.0.0.1:{mirror.server_address[1]}", tmp_path_factory.mktemp("prometheus-stack"))
     # CRD name -> (generation, operator version) of those there before the install: a change of spec raises the first.
     s.crds = {c.metadata.name: (c.metadata.generation, (c.metadata.annotations or {}).get(VERSION))
               for c in ext.list_custom_resource_definition().items if c.metadata.name.endswith(".monitoring.coreos.com")}
@@ -178,6 +191,8 @@ def stack(request, core, tmp_path_factory):
     clean()
     yield s
     clean()
+    mirror.shutdown()
+    mirror.server_close()
     # The CRDs Helm created and those the fixture applied (missing before the module): the lab's own stay.
     added = monitoring_crds(ext) - crds_before
     for name in added:
@@ -230,6 +245,9 @@ def test_second_run_and_check_diff_change_nothing(stack):
     res = stack.role()
     assert res.returncode == 0 and changed(res) == 0, out(res)
     res = stack.role("--check", "--diff")
+    assert res.returncode == 0 and changed(res) == 0, out(res)
+    # The same chart as a local chart (an unpacked directory on the controller): accepted, nothing to change.
+    res = stack.role("--check", prometheus_stack_chart_ref=str(stack.chart))
     assert res.returncode == 0 and changed(res) == 0, out(res)
     assert stack.release()["revision"] == "1"
 
