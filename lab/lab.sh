@@ -152,7 +152,8 @@ start_apt_proxy() {
 stop_apt_proxy() { stop_pidfile "$LAB_STATE/apt-cacher-ng.pid" apt-cacher-ng; }
 
 # --- node images -----------------------------------------------------------------
-IMAGE_PACKAGES="python3,systemd,systemd-sysv,dbus,ca-certificates,iproute2,procps,gnupg,curl"
+# ccache: the lab's DKMS builds take their objects from a cache kept across labs (DKMS_CCACHE_RUN_ARGS).
+IMAGE_PACKAGES="python3,systemd,systemd-sysv,dbus,ca-certificates,iproute2,procps,gnupg,curl,ccache"
 IMAGE_RECIPE=1
 image_tag() { echo "k8sgpu-lab/debian:$1"; }
 image_key() {
@@ -195,6 +196,20 @@ build_image() {
     --change 'ENV container=docker' "$tarball" "$tag" >/dev/null
 }
 
+# --- DKMS builds through ccache ---------------------------------------------------
+# DKMS builds the NVIDIA module with the kernel headers' Makefile, whose compiler
+# Debian's headers prefix with ccache when DEBIAN_KERNEL_USE_CCACHE is set
+# (.kernelvariables: CC = $(if $(DEBIAN_KERNEL_USE_CCACHE),$(CCACHE)) gcc-N).
+# The variable reaches DKMS through apt and dpkg (they reset PATH, not the
+# environment), so a GPU host's first module build on a machine compiles, and
+# the next ones (a new lab, the next CI run, molecule's driver platforms) take
+# the objects from $K8SGPU_CACHE/ccache: the driver role, apt and DKMS run as
+# on a site; only the compiler's work is cached. The nvidia module's conftest
+# alone compiles the same probes hundreds of times.
+DKMS_CCACHE_DIR="$K8SGPU_CACHE/ccache"
+DKMS_CCACHE_RUN_ARGS=(-v "$DKMS_CCACHE_DIR:/var/cache/k8sgpu-ccache" -e DEBIAN_KERNEL_USE_CCACHE=1
+  -e CCACHE_DIR=/var/cache/k8sgpu-ccache -e CCACHE_MAXSIZE=3G)
+
 # --- GPU hosts ------------------------------------------------------------------
 # A GPU host's image: the node image with Debian's Docker and containerd, as a
 # site's GPU host has its container runtime before the collection runs. Docker
@@ -202,7 +217,7 @@ build_image() {
 # container toolkit role must merge its runtime into that daemon.json.
 # (trixie packages Docker's command line apart, as docker-cli.)
 gpu_host_packages() { if [ "$1" = bookworm ]; then echo "docker.io containerd"; else echo "docker.io docker-cli containerd"; fi; }
-GPU_HOST_RECIPE=1
+GPU_HOST_RECIPE=2
 gpu_host_tag() { echo "k8sgpu-lab/gpu-host:$1"; }
 gpu_host_key() { printf "%s|%s|%s" "$(image_key "$1")" "$(gpu_host_packages "$1")" "$GPU_HOST_RECIPE" | sha256sum | cut -c1-12; }
 build_gpu_host_image() {
@@ -254,7 +269,9 @@ write_gpu_sysfs() {
 }
 # start_node_container's arguments for a GPU host (after write_gpu_sysfs), added to NODE_RUN_ARGS.
 add_gpu_host_run_args() {
-  NODE_RUN_ARGS+=(-v "$LAB_STATE/gpu-sysfs/devices:/sys/bus/pci/devices:ro" --label "k8sgpu.lab.gpu-host=$GPU_HOST_RECIPE")
+  mkdir -p "$DKMS_CCACHE_DIR"
+  NODE_RUN_ARGS+=(-v "$LAB_STATE/gpu-sysfs/devices:/sys/bus/pci/devices:ro" --label "k8sgpu.lab.gpu-host=$GPU_HOST_RECIPE"
+    "${DKMS_CCACHE_RUN_ARGS[@]}")
 }
 
 # --- node containers -------------------------------------------------------------
@@ -429,6 +446,7 @@ export KUBECONFIG="$KUBECONFIG_OUT"
 export PATH="$(k8s_bin_dir):\$PATH"
 export K8SGPU_LAB_APT_PROXY="http://$LAB_GATEWAY:$APT_PROXY_PORT"
 export K8SGPU_LAB_TOOLKIT_MIRROR="$(toolkit_mirror_url)"
+export K8SGPU_LAB_CCACHE_DIR="$DKMS_CCACHE_DIR"
 ENV
   echo "http://$LAB_GATEWAY:$APT_PROXY_PORT" >"$LAB_STATE/apt-proxy-url.tmp"
   toolkit_mirror_url >"$LAB_STATE/toolkit-mirror-url.tmp"
@@ -502,6 +520,7 @@ cmd_images() {
   trap undo_started EXIT
   start_docker; start_network; start_apt_proxy
   for suite in bookworm trixie; do build_image "$suite"; build_gpu_host_image "$suite"; done
+  mkdir -p "$DKMS_CCACHE_DIR"
   write_env
   trap - EXIT
 }
