@@ -34,8 +34,10 @@ def fresh_gpu_hosts():
 
 
 def test_site_does_the_host_half_and_a_second_run_changes_nothing(playbook):
-    # Two DKMS builds at once (Debian 12's open module, Debian 13's Tesla 535), about 12 CPU-minutes each: 15-17 min
-    # on the 2 CPUs of this kind of machine beside make test's side steps (2026-11-28), more than the 10 min bound.
+    # Two DKMS builds at once (Debian 12's open module, Debian 13's Tesla 535), about 12 CPU-minutes each with the
+    # lab's ccache empty: 15-17 min on the 2 CPUs of this kind of machine beside make test's side steps (2026-11-28),
+    # more than the 10 min bound. With it warm (lab/lab.sh, DKMS_CCACHE_RUN_ARGS) this test took 437 s on a quiet lab
+    # (2026-11-29).
     first = playbook("site.yml", timeout=2400)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
     for host in GPU_NODES:
