@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 LAB_STATE = Path(os.environ.get("K8SGPU_LAB_STATE", ROOT / ".lab"))
 LAB_NAME = os.environ.get("K8SGPU_LAB_NAME", "k8sgpu-lab")
 GPU_NODES = [f"{LAB_NAME}-gpu-1", f"{LAB_NAME}-gpu-2"]
+# Where lab/lib.sh keeps the lab's builds, images and packages (K8SGPU_CACHE), and the Helm it builds there.
+LAB_CACHE = Path(os.environ.get("K8SGPU_CACHE",
+                                Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "k8sgpu-lab"))
+HELM_DIR = LAB_CACHE / "bin" / f"helm-{os.environ.get('HELM_VERSION', 'v3.22.0')}"
 
 
 def _lab_kubectl() -> str:

@@ -16,6 +16,7 @@ from kubernetes import client
 
 from ansible_output import recap
 from conftest import GPU_NODES, KUBECTL, ROOT, run
+from k8sgpu_testlib.k8s_api import ignore_404
 
 NS = "k8sgpu-mon-a"
 NAME = "dcgm-exporter"
@@ -44,17 +45,9 @@ def flat(text: str) -> str:
 
 # --- fixtures (shared with test_gpu_alerts.py) -----------------------------------------------------------------
 
-def _ignore_404(call, *args, **kwargs) -> None:
-    try:
-        call(*args, **kwargs)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
 def delete_monitoring_crds(ext: client.ApiextensionsV1Api) -> None:
     for crd in MONITORING_CRDS:
-        _ignore_404(ext.delete_custom_resource_definition, crd)
+        ignore_404(ext.delete_custom_resource_definition, crd)
     for _attempt in range(150):
         names = {c.metadata.name for c in ext.list_custom_resource_definition().items}
         if not names & set(MONITORING_CRDS):
@@ -87,7 +80,7 @@ def ext(core) -> client.ApiextensionsV1Api:
 def namespace(core):
     """The test namespace, absent before the module's tests and deleted after them."""
     def delete():
-        _ignore_404(core.delete_namespace, NS)
+        ignore_404(core.delete_namespace, NS)
         for _attempt in range(300):
             try:
                 core.read_namespace(NS)
@@ -142,7 +135,7 @@ def temp_gpu_node(core):
 
     yield make
     for name in made:
-        _ignore_404(core.delete_node, name)
+        ignore_404(core.delete_node, name)
 
 
 # --- the counters -------------------------------------------------------------------------------------------------

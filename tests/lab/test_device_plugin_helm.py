@@ -16,7 +16,8 @@ import yaml
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import GPU_NODES, KUBECTL, ROOT, build_for, run
+from conftest import GPU_NODES, HELM_DIR, KUBECTL, LAB_CACHE, ROOT, build_for, run
+from k8sgpu_testlib.k8s_api import ignore_404
 
 NS = "k8sgpu-dp-helm"
 NAME = "nvidia-device-plugin-helm"
@@ -25,17 +26,6 @@ GPU_LABEL = "nvidia.com/gpu.present"
 MODULE = "github.com/NVIDIA/k8s-device-plugin"
 VERSION = yaml.safe_load((ROOT / "roles" / "device_plugin" / "defaults" / "main.yml").read_text())[
     "device_plugin_version"]
-CACHE = os.environ.get("K8SGPU_CACHE", os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
-                                                    "k8sgpu-lab"))
-HELM_DIR = os.path.join(CACHE, "bin", f"helm-{os.environ.get('HELM_VERSION', 'v3.22.0')}")
-
-
-def _ignore_404(call, *args, **kwargs) -> None:
-    try:
-        call(*args, **kwargs)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 def changed(res: subprocess.CompletedProcess) -> int:
@@ -51,7 +41,7 @@ def chart() -> str:
     """The chart inside the device plugin's Go module (downloaded once into the lab's Go module cache)."""
     if not shutil.which("go"):
         pytest.skip("no Go: the chart comes from the device plugin's Go module")
-    env = {**os.environ, "GOMODCACHE": os.environ.get("GOMODCACHE_LAB", os.path.join(CACHE, "go", "mod")),
+    env = {**os.environ, "GOMODCACHE": os.environ.get("GOMODCACHE_LAB", str(LAB_CACHE / "go" / "mod")),
            "GOFLAGS": ""}
     res = subprocess.run(["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"], capture_output=True, text=True,
                          env=env, timeout=300, check=False)
@@ -67,7 +57,7 @@ def lab(request, core, chart):
     apps = client.AppsV1Api(core.api_client)
 
     def helm(*args: str) -> subprocess.CompletedProcess:
-        res = subprocess.run([os.path.join(HELM_DIR, "helm"), "--kubeconfig", KUBECTL[-1], *args], capture_output=True,
+        res = subprocess.run([str(HELM_DIR / "helm"), "--kubeconfig", KUBECTL[-1], *args], capture_output=True,
                              text=True, timeout=300, check=False)
         assert res.returncode == 0, res.stderr
         return res
@@ -80,7 +70,7 @@ def lab(request, core, chart):
         if NS in {n.metadata.name for n in core.list_namespace().items}:
             if release():
                 helm("uninstall", RELEASE, "-n", NS, "--wait")
-            _ignore_404(core.delete_namespace, NS)
+            ignore_404(core.delete_namespace, NS)
             for _attempt in range(600):
                 if NS not in {n.metadata.name for n in core.list_namespace().items}:
                     break

@@ -23,6 +23,7 @@ import yaml
 from kubernetes import client
 
 from conftest import GPU_NODES, ROOT
+from k8sgpu_testlib.k8s_api import ignore_404
 # gpu_labelled is a fixture, found by pytest by name.
 from test_dcgm_exporter import changed, flat, gpu_labelled, role  # noqa: F401  # pylint: disable=unused-import
 from test_verify import verify
@@ -44,16 +45,8 @@ def levels(level: str) -> dict:
             for suffix, value in (("", level), ("-version", "latest"))}
 
 
-def _ignore_404(call, *args, **kwargs) -> None:
-    try:
-        call(*args, **kwargs)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
 def delete_namespace(core, name: str) -> None:
-    _ignore_404(core.delete_namespace, name)
+    ignore_404(core.delete_namespace, name)
     for _attempt in range(300):
         try:
             core.read_namespace(name)
@@ -87,7 +80,7 @@ def fresh(core, deleted_by_the_end):
 
     yield make
     for name in made:
-        _ignore_404(core.delete_namespace, name)
+        ignore_404(core.delete_namespace, name)
         deleted_by_the_end.append(name)
 
 
@@ -180,12 +173,12 @@ def adapter_cleanup(core):
     yield
     rbac = client.RbacAuthorizationV1Api(api)
     for version in ("v1beta1", "v1beta2"):
-        _ignore_404(reg.delete_api_service, f"{version}.custom.metrics.k8s.io")
+        ignore_404(reg.delete_api_service, f"{version}.custom.metrics.k8s.io")
     for name in ("custom-metrics-reader", "resource-reader"):
-        _ignore_404(rbac.delete_cluster_role, f"k8sgpu:{ADAPTER}:{name}")
+        ignore_404(rbac.delete_cluster_role, f"k8sgpu:{ADAPTER}:{name}")
     for name in ("hpa-custom-metrics", "resource-reader", "auth-delegator"):
-        _ignore_404(rbac.delete_cluster_role_binding, f"k8sgpu:{ADAPTER}:{name}")
-    _ignore_404(rbac.delete_namespaced_role_binding, f"k8sgpu:{ADAPTER}:auth-reader", "kube-system")
+        ignore_404(rbac.delete_cluster_role_binding, f"k8sgpu:{ADAPTER}:{name}")
+    ignore_404(rbac.delete_namespaced_role_binding, f"k8sgpu:{ADAPTER}:auth-reader", "kube-system")
 
 
 def test_adapter_in_cluster_restricted_least_rbac_and_verified_by_ca(core, fresh, adapter_cleanup, tmp_path):

@@ -30,8 +30,9 @@ import yaml
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import GPU_NODES, KUBECTL, ROOT, build_for, run
+from conftest import GPU_NODES, HELM_DIR, KUBECTL, LAB_CACHE, ROOT, build_for, run
 from k8sgpu_testlib.monitoring_lab import LabProcess, free_port, http, wait_for
+from k8sgpu_testlib.k8s_api import ignore_404
 
 NS = "k8sgpu-stack"
 RELEASE = "kube-prometheus-stack"
@@ -43,12 +44,10 @@ SHARED_CHART = ROOT.parent / "shared" / "charts" / "kube-prometheus-stack"
 # The lab's own monitoring.coreos.com CRDs (other tests apply them): present before the install, so that the test
 # proves Helm leaves CRDs it did not create as they are.
 LAB_CRDS = ROOT.parent / "shared" / "crds" / "monitoring.coreos.com"
-CACHE = Path(os.environ.get("K8SGPU_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "k8sgpu-lab"))
-HELM_DIR = CACHE / "bin" / f"helm-{os.environ.get('HELM_VERSION', 'v3.22.0')}"
 # The same chart with its dependencies in charts/, where ../shared's copy lacks them.
-CACHED_CHART = CACHE / "charts" / f"kube-prometheus-stack-{CHART_VERSION}"
+CACHED_CHART = LAB_CACHE / "charts" / f"kube-prometheus-stack-{CHART_VERSION}"
 SUBCHARTS = ("crds", "kube-state-metrics", "prometheus-node-exporter", "grafana", "prometheus-windows-exporter")
-ALERTMANAGER_BIN = CACHE / "bin" / f"alertmanager-{os.environ.get('ALERTMANAGER_VERSION', 'v0.31.1')}" / "alertmanager"
+ALERTMANAGER_BIN = LAB_CACHE / "bin" / f"alertmanager-{os.environ.get('ALERTMANAGER_VERSION', 'v0.31.1')}" / "alertmanager"
 VERSION = "operator.prometheus.io/version"
 # The site's receiver: a webhook on loopback (the real Alertmanager's test sends there).
 WEBHOOK_PORT = free_port()
@@ -75,14 +74,6 @@ def reduced_chart(dest: Path) -> Path:
     return chart
 
 
-def _ignore_404(call, *args, **kwargs) -> None:
-    try:
-        call(*args, **kwargs)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     res = subprocess.run([str(HELM_DIR / "helm"), "--kubeconfig", KUBECTL[-1], *args], capture_output=True,
                          text=True, timeout=300, check=False)
@@ -98,7 +89,7 @@ def monitoring_crds(ext: client.ApiextensionsV1Api) -> set[str]:
 
 def delete_namespaces(core: client.CoreV1Api, names: list[str]) -> None:
     for name in names:
-        _ignore_404(core.delete_namespace, name)
+        ignore_404(core.delete_namespace, name)
     for _attempt in range(600):
         left = [n for n in names if n in {ns.metadata.name for ns in core.list_namespace().items}]
         if not left:
@@ -217,7 +208,7 @@ def stack(request, core, tmp_path_factory):
     # The CRDs Helm created and those the fixture applied (missing before the module): the lab's own stay.
     added = monitoring_crds(ext) - crds_before
     for name in added:
-        _ignore_404(ext.delete_custom_resource_definition, name)
+        ignore_404(ext.delete_custom_resource_definition, name)
     for _attempt in range(300):
         if not monitoring_crds(ext) & added:
             return
@@ -324,7 +315,7 @@ def test_monitoring_switch_wires_the_gpu_parts(stack, tmp_path):
 
 
 def drop_gpu_parts(stack: Stack) -> None:
-    _ignore_404(stack.core.delete_namespaced_config_map, "k8sgpu-gpu-dashboard", NS)
+    ignore_404(stack.core.delete_namespaced_config_map, "k8sgpu-gpu-dashboard", NS)
     delete_namespaces(stack.core, [EXPORTER_NS, ALERTS_NS])
 
 

@@ -6,6 +6,7 @@ Modules:
     scale_from_zero      FakeAutoscaler: a GPU node pool that scales from zero, with kwok Nodes
     lab_node             node_inventory(): the inventory of one lab node container as the GPU host
     gke_contract_server  an HTTP server that answers the GKE v1 API, parsing requests into google-cloud-container types
+    k8s_api              ignore_404(): a Kubernetes client call where a 404 (already gone) is success
 
 How it is imported (``from k8sgpu_testlib.scale_from_zero import FakeAutoscaler``), without sys.path edits in the
 files that use it:
