@@ -212,7 +212,7 @@ def test_unknown_build_target_names_the_targets(tmp_path):
                          capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode != 0
     assert "unknown target 'prometheus-adapter'" in res.stderr, res.stderr
-    assert "extras: crio-config prometheus adapter karpenter" in res.stderr, res.stderr
+    assert "extras: helm alertmanager crio-config prometheus adapter karpenter" in res.stderr, res.stderr
 
 
 def test_lab_sh_lock_is_not_held_by_the_daemons_it_starts(tmp_path):
