@@ -131,6 +131,33 @@ def _int(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+def smi_xml_root(text: str) -> ET.Element:
+    """The <nvidia_smi_log> element of ``nvidia-smi -q -x`` output; ValueError when the text is not that."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise ValueError(f"not valid XML ({exc})") from None
+    if root.tag != "nvidia_smi_log":
+        raise ValueError(f"the root element is <{root.tag}>, not <nvidia_smi_log>")
+    return root
+
+
+_PCI_KEY_RE = re.compile(r"^(?:PCI:)?([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?$")
+
+
+def pci_key(address: str | None) -> str | None:
+    """Domain, bus and device of a PCI address as ``dddd:bb:dd`` (lower case, 4-digit domain), or None.
+
+    The same GPU is ``00000000:3B:00.0`` in nvidia-smi, ``0000:3b:00.0`` in sysfs and ``PCI:0000:3b:00`` in the
+    kernel's Xid lines (no function); all three give ``0000:3b:00``.
+    """
+    match = _PCI_KEY_RE.match((address or "").strip())
+    if not match:
+        return None
+    domain, bus, device = (int(part, 16) for part in match.groups())
+    return f"{domain:04x}:{bus:02x}:{device:02x}"
+
+
 def parse_smi_xml(text: str) -> dict:
     """Parse ``nvidia-smi -q -x``: driver_version, cuda_version and gpus (in nvidia-smi's order).
 
