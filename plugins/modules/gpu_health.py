@@ -16,9 +16,9 @@ description:
   - Lists the NVIDIA GPUs on the PCI bus (C(<sysfs_root>/bus/pci/devices), vendor C(0x10de), class C(0x0300xx) or
     C(0x0302xx), bound to the nvidia driver or to none) that C(nvidia-smi) does not show, or names as one it cannot
     open - GPUs that have fallen off the bus.
-  - Reads the Xid events that the kernel logged since O(since) (the C(NVRM: Xid) lines, with the GPU's PCI address,
+  - "Reads the Xid events that the kernel logged since O(since) (the C(NVRM: Xid) lines, with the GPU's PCI address,
     the code, the process and a message, as in C(NVRM: Xid [PCI:0000:3b:00]: 79, pid=..., GPU has fallen off the
-    bus.) with round brackets around the address), and gives each to its GPU.
+    bus.) with round brackets around the address), and gives each to its GPU."
   - Classifies every finding as V(healthy), V(degraded), V(needs_reset), V(needs_reboot) or V(replace) (in that
     order of severity), gives each GPU the worst status of its findings and the host the worst of its GPUs
     (RV(status)), and lists the unhealthy GPUs by index, UUID and PCI address (RV(summary.unhealthy_gpus)).
