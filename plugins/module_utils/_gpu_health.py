@@ -559,7 +559,7 @@ def read_smi(run: Runner, nvidia_smi: str, *, proc_root: str, kernel_version: st
                                 + (f"failed (rc={rc}): {_first_line(out, err)}" if rc else
                                    f"gave output that could not be parsed: {exc}")) from None
     if rc != 0:
-        warnings.append(f"'{cmd}' exited with rc={rc}: {_first_line(err, out)}")
+        warnings.append(f"'{cmd}' exited with rc={rc}: {_first_line(out, err)}")
     return root, lost
 
 
