@@ -40,6 +40,13 @@ def test_real_h100_is_healthy():
     assert gpu["clock_event_reasons"] == dict.fromkeys(gh.CLOCK_EVENTS, False)
 
 
+def test_real_h200_is_healthy():
+    """The output of the H200 the module ran on (docs/h200/): healthy too."""
+    gpu = gpu_of(HEALTH / "h200-nvidia-smi-q.xml")
+    assert gpu["status"] == "healthy" and gpu["findings"] == [] and gpu["name"] == "NVIDIA H200"
+    assert gpu["uuid"] == "GPU-eec5c974-b5cd-6e00-f69b-e0e50576350a" and gpu["recovery_action"] == "None"
+
+
 @pytest.mark.parametrize("fixture, status, checks", [
     ("ecc-dbe-volatile.xml", "needs_reset", ["ecc_volatile_dram_uncorrectable"]),
     ("remapped-rows-pending.xml", "needs_reset", ["remapped_rows_pending"]),
