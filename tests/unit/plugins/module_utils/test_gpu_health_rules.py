@@ -163,14 +163,14 @@ def test_xid_events_in_each_format(fixture):
 
 def test_since_filters_by_seconds_since_boot():
     lines = (HEALTH / "kernel-log-dmesg-r.txt").read_text().splitlines()
-    events, _ = gh.parse_xid_events(lines, since=5322.900533)
+    events, _lines = gh.parse_xid_events(lines, since=5322.900533)
     assert [e["code"] for e in events] == [95, 64, 154, 74, 79]
     assert gh.parse_xid_events(lines, since=1e9)[0] == []
 
 
 def test_lines_without_a_time_are_kept():
     line = "Nov 29 04:11:30 gpu-node-07 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
-    (event,), _ = gh.parse_xid_events([line], since=100)
+    (event,), _lines = gh.parse_xid_events([line], since=100)
     assert event["time"] is None and event["pid"] == "0" and event["process"] is None and event["code"] == 79
 
 
@@ -205,7 +205,8 @@ def test_parse_since(tmp_path):
 
 
 def test_read_kmsg_reads_records_until_eagain(monkeypatch):
-    records = [b"6,1,100,-;first\n SUBSYSTEM=pci\n", OSError(32, "Broken pipe"), b"4,3,9000771601,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"]
+    xid = "4,3,9000771601,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."
+    records = [b"6,1,100,-;first\n SUBSYSTEM=pci\n", OSError(32, "Broken pipe"), f"{xid}\n".encode()]
 
     def fake_read(fd, size):
         if not records:
@@ -218,8 +219,8 @@ def test_read_kmsg_reads_records_until_eagain(monkeypatch):
     monkeypatch.setattr(gh.os, "close", lambda fd: None)
     monkeypatch.setattr(gh.os, "read", fake_read)
     lines = gh.read_kmsg("/dev/kmsg")
-    assert lines == ["6,1,100,-;first", "4,3,9000771601,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."]
-    (event,), _ = gh.parse_xid_events(lines)
+    assert lines == ["6,1,100,-;first", xid]
+    (event,), _lines = gh.parse_xid_events(lines)
     assert event["time"] == pytest.approx(9000.771601)
 
 
@@ -238,7 +239,7 @@ def test_kernel_log_auto_falls_back_to_dmesg(tmp_path):
 def test_kernel_log_journal_and_errors(tmp_path):
     def run(args):
         return (0, "[  1.0] host kernel: hello\n", "") if args[0].endswith("journalctl") else (1, "", "denied")
-    lines, source, _ = gh.read_kernel_log("journal", run, path=None, dmesg=None, journalctl="/bin/journalctl")
+    lines, source, _warnings = gh.read_kernel_log("journal", run, path=None, dmesg=None, journalctl="/bin/journalctl")
     assert lines == ["[  1.0] host kernel: hello"] and source.startswith("/bin/journalctl -k -b -o short-monotonic")
     with pytest.raises(GpuFactsError, match="'/usr/bin/dmesg -r' failed .rc=1.: denied; run as root"):
         gh.read_kernel_log("dmesg", run, path=None, dmesg="/usr/bin/dmesg", journalctl=None)
@@ -301,7 +302,7 @@ def test_gpu_missing_from_nvidia_smi(tmp_path):
     vfio-pci (passed through: not the driver's)."""
     host = make_host(tmp_path, gpus=("0000:00:06.0", "0000:3b:00.0", "0000:86:00.0"),
                      drivers={"0000:86:00.0": "vfio-pci"})
-    result, _ = gather(host, (0, H100_XML.read_text(), ""), kernel_log_path=str(HEALTH / "kernel-log-dmesg-r.txt"))
+    result, _warnings = gather(host, (0, H100_XML.read_text(), ""), kernel_log_path=str(HEALTH / "kernel-log-dmesg-r.txt"))
     assert result["status"] == "needs_reboot"
     gpus = {g["pci_bus_id"]: g for g in result["gpus"]}
     assert set(gpus) == {"00000000:00:06.0", "0000:3b:00.0"}
@@ -325,7 +326,7 @@ def test_gpu_missing_from_nvidia_smi(tmp_path):
 
 def test_since_leaves_the_h100_healthy(tmp_path):
     host = make_host(tmp_path)
-    result, _ = gather(host, (0, H100_XML.read_text(), ""), kernel_log_path=str(HEALTH / "kernel-log-journal.txt"),
+    result, _warnings = gather(host, (0, H100_XML.read_text(), ""), kernel_log_path=str(HEALTH / "kernel-log-journal.txt"),
                        since="7000")
     gpus = {g["pci_bus_id"]: g for g in result["gpus"]}
     assert gpus["00000000:00:06.0"]["status"] == "healthy"
@@ -347,7 +348,7 @@ def test_nvidia_smi_names_a_lost_gpu(tmp_path):
 
 def test_no_devices_found(tmp_path):
     host = make_host(tmp_path)
-    result, _ = gather(host, (6, "No devices were found\n", ""))
+    result, _warnings = gather(host, (6, "No devices were found\n", ""))
     assert result["status"] == "needs_reboot" and result["gpus"][0]["findings"][0]["check"] == "missing_from_nvidia_smi"
 
 
