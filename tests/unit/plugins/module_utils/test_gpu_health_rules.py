@@ -326,8 +326,8 @@ def test_gpu_missing_from_nvidia_smi(tmp_path):
 
 def test_since_leaves_the_h100_healthy(tmp_path):
     host = make_host(tmp_path)
-    result, _warnings = gather(host, (0, H100_XML.read_text(), ""), kernel_log_path=str(HEALTH / "kernel-log-journal.txt"),
-                       since="7000")
+    result, _warnings = gather(host, (0, H100_XML.read_text(), ""),
+                               kernel_log_path=str(HEALTH / "kernel-log-journal.txt"), since="7000")
     gpus = {g["pci_bus_id"]: g for g in result["gpus"]}
     assert gpus["00000000:00:06.0"]["status"] == "healthy"
     # 0000:3b:00 is not on this host's bus at all: its Xids still count, under the address the log gives.
