@@ -117,7 +117,7 @@ def test_recovery_actions(action, status):
 
 
 def test_parse_smi_xml_unchanged_by_the_shared_root():
-    """gpu_facts' parser still gives what it gave (smi_xml_root was factored out of it)."""
+    """gpu_facts' parser still gives what it gave (smi_xml_root and pci_key were added beside it, not into it)."""
     parsed = parse_smi_xml(H100_XML.read_text())
     assert parsed["driver_version"] == "580.159.04" and parsed["gpus"][0]["pci_bus_id"] == "00000000:00:06.0"
     with pytest.raises(ValueError, match="not <nvidia_smi_log>"):
