@@ -74,3 +74,46 @@ def plan(packages: dict[str, dict], versions: dict[str, str], hold: list[str]) -
 
 def selections_text(names: list[str], selection: str) -> str:
     return "".join(f"{n} {selection}\n" for n in names)
+
+
+# --- What an interrupted dpkg run left -------------------------------------------------------------------------
+# dpkg's states of a package it began but did not finish installing or configuring (dpkg(1), "PACKAGE STATES").
+# half-installed also means "reinstall required": dpkg refuses to remove it without --force-remove-reinstreq.
+UNFINISHED_STATES = ("half-installed", "unpacked", "half-configured", "triggers-awaited", "triggers-pending")
+AUDIT_FORMAT = "${Package}|${Version}|${db:Status-Status}\n"
+# dpkg's journal: files named by a number while a run is in progress; apt refuses to run while any is left
+# ("E: dpkg was interrupted, you must manually run 'dpkg --configure -a'").
+UPDATES_DIR = "/var/lib/dpkg/updates"
+
+
+def audit_args(dpkg_query: str) -> list[str]:
+    return [dpkg_query, "-W", f"-f={AUDIT_FORMAT}"]
+
+
+def parse_unfinished(stdout: str) -> dict[str, dict]:
+    """Every package of a ``dpkg-query -W -f=AUDIT_FORMAT`` listing in an unfinished state: name -> version, status."""
+    unfinished: dict[str, dict] = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 3:
+            raise DpkgError(f"unexpected dpkg-query line {line!r} (wanted package|version|status)")
+        name, version, status = fields
+        if status in UNFINISHED_STATES:
+            unfinished[name.split(":", 1)[0]] = {"version": version or None, "status": status}
+    return unfinished
+
+
+def journal_entries(names: list[str]) -> list[str]:
+    """The entries of dpkg's updates directory that mean an interrupted run (all-digit names, as apt checks)."""
+    return sorted(n for n in names if n.isdigit())
+
+
+def repair_plan(unfinished: dict[str, dict], interrupted: bool, remove: list[str], configure: bool) -> dict:
+    """What to do about an interrupted dpkg run: which of ``remove`` to remove (only unfinished ones), and whether
+    to finish the rest with ``dpkg --configure -a`` (only when asked and something is left to finish)."""
+    to_remove = [n for n in dict.fromkeys(remove) if n in unfinished]
+    left = [n for n in unfinished if n not in to_remove]
+    return {"remove": to_remove, "configure": bool(configure and (left or interrupted)),
+            "configure_names": left if configure else []}

@@ -188,6 +188,35 @@ _VERSIONED = re.compile(r"^nvidia-(tesla-[0-9]+-)?(driver|kernel-dkms|open-kerne
 _CONTAINER_CONNECTIONS = ("community.docker.docker", "docker")
 _LOCAL_HOSTS = ("localhost", "127.0.0.1")
 
+# Packages of the driver's own families (Debian's and Ubuntu's), less the container toolkit's: those a stopped run
+# of another branch may have left unfinished. Their version's first component is the driver branch.
+_DRIVER_FAMILY = re.compile(r"^(nvidia-|libnvidia-|libcuda1|libcudadebugger1|libnvcuvid1|libnvoptix1|libgl1-nvidia|"
+                            r"libegl-nvidia|libgles-nvidia|libglx-nvidia|xserver-xorg-video-nvidia|firmware-nvidia-gsp|"
+                            r"linux-modules-nvidia-|linux-objects-nvidia-|linux-signatures-nvidia-)")
+_NOT_DRIVER = re.compile(r"^(nvidia-container|libnvidia-container|nvidia-docker)")
+_BRANCH_OF_VERSION = re.compile(r"^(?:\d+:)?(\d{3,})\.")
+
+
+def other_branch_unfinished(unfinished: Mapping, branch: str, keep: Any = ()) -> list[str]:
+    """The unfinished driver packages (dpkg_packages' ``unfinished``) of a driver branch other than ``branch``.
+
+    A run stopped while installing another branch leaves them unpacked or half-configured; finishing them
+    (``dpkg --configure -a``) would build that branch's kernel module, and apt would refuse or mix the branches.
+    Packages in ``keep`` (the run's own) never count; without a known ``branch`` nothing does.
+    """
+    if not branch:
+        return []
+    keep = set(keep)
+    found = []
+    for name, info in sorted((unfinished or {}).items()):
+        if name in keep or not _DRIVER_FAMILY.match(name) or _NOT_DRIVER.match(name):
+            continue
+        match = _BRANCH_OF_VERSION.match(as_text((info or {}).get("version")))
+        if match and match.group(1) != branch:
+            found.append(name)
+    return found
+
+
 SETTINGS = ("driver_branch", "driver_version", "driver_kernel_modules", "driver_ubuntu_server", "driver_hold",
             "driver_no_gpu", "driver_blacklist_nouveau", "driver_persistenced", "driver_reboot",
             "driver_reboot_boot_time_command")
@@ -312,6 +341,14 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
         install_reason = "every package installed" + (f" at {version_wanted}" if version_wanted else "")
     unheld = [name for name in hold if name not in held]
 
+    # What a stopped run left: another branch's unfinished packages removed; before apt, the rest finished.
+    run_branch = branch or (DEBIAN_SUITE_BRANCH.get(as_text(facts.get("distribution_major_version")), "")
+                            if distribution == "Debian" else "")
+    unfinished = (packages or {}).get("unfinished") or {}
+    remove = other_branch_unfinished(unfinished, run_branch, keep=candidates + [header_package])
+    left = [name for name in unfinished if name not in remove]
+    finish = install_needed and (bool(left) or bool((packages or {}).get("interrupted")))
+
     result_detail = header_detail if header_detail and packages is not None else detail
     return {
         "status": status,
@@ -343,6 +380,16 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
                        "every driver package held" if hold else "driver_hold is false"),
         },
         "headers": {"name": header_package, "detail": header_detail},
+        "repair": {
+            "needed": bool(remove) or finish,
+            "remove": remove,
+            "configure": finish,
+            "reason": "; ".join(filter(None, [
+                f"{', '.join(remove)} of another branch than {run_branch} left unfinished by a stopped run" if remove else "",
+                (f"dpkg has unfinished work ({', '.join(left[:8])}{' ...' if len(left) > 8 else ''}"
+                 f"{'; journal of an interrupted run' if (packages or {}).get('interrupted') else ''}) and apt must run")
+                if finish else ""])) or "nothing unfinished",
+        },
         "configure": {
             "blacklist_nouveau": as_bool(settings["driver_blacklist_nouveau"]),
             "persistenced": as_bool(settings["driver_persistenced"]),

@@ -284,3 +284,66 @@ def test_outcome_in_check_mode_with_packages_to_install_would_install():
     f, plan = _installed_plan()
     got = driver_outcome(plan, f, "", None, True)
     assert got["status"] == "would_install" and "version" not in got and got["packages"] == DEBIAN_OPEN
+
+
+# --- What a stopped run left (issue 36) ----------------------------------------------------------------------------
+# Versions as Debian 12 has them: the 470 branch (nvidia-tesla-470-*, libnvidia-tesla-470-*), its own 535, the
+# toolkit's and DKMS's own.
+UNFINISHED_470 = {
+    "nvidia-tesla-470-alternative": {"version": "470.256.02-1~deb12u1", "status": "unpacked"},
+    "libnvidia-tesla-470-glcore": {"version": "470.256.02-1~deb12u1", "status": "half-installed"},
+    "nvidia-tesla-470-kernel-dkms": {"version": "470.256.02-1~deb12u1", "status": "half-configured"},
+    "glx-alternative-nvidia": {"version": "1.2.2", "status": "unpacked"},
+    "libnvidia-container1": {"version": "1.17.8-1", "status": "unpacked"},
+    "dkms": {"version": "3.0.10-8+deb12u1", "status": "unpacked"},
+}
+
+
+def with_unfinished(result: dict, unfinished: dict, interrupted: bool = True) -> dict:
+    return {**result, "unfinished": unfinished, "interrupted": interrupted}
+
+
+def test_another_branchs_unfinished_packages_are_removed_and_the_rest_finished_before_apt():
+    plan = driver_plan(facts(), settings(), packages=with_unfinished(dpkg({}), UNFINISHED_470), headers_available=True,
+                       host=HOST)
+    # Debian 12's own branch (535) asked for: only the 470 packages go, not the toolkit's, DKMS or the alternatives.
+    assert plan["repair"]["remove"] == ["libnvidia-tesla-470-glcore", "nvidia-tesla-470-alternative",
+                                        "nvidia-tesla-470-kernel-dkms"]
+    assert plan["repair"]["configure"] and plan["repair"]["needed"] and plan["install"]["needed"]
+    assert "another branch than 535" in plan["repair"]["reason"] and "journal" in plan["repair"]["reason"]
+
+
+def test_the_asked_branchs_own_unfinished_packages_are_finished_not_removed():
+    own = {"nvidia-tesla-470-driver": {"version": "470.256.02-1~deb12u1", "status": "unpacked"},
+           "libnvidia-tesla-470-cuda1": {"version": "470.256.02-1~deb12u1", "status": "unpacked"}}
+    plan = driver_plan(facts(pci=V100_PCI), settings(driver_branch="470"),
+                       packages=with_unfinished(dpkg({}), own, interrupted=False), headers_available=True, host=HOST)
+    assert plan["repair"]["remove"] == [] and plan["repair"]["configure"]
+
+
+def test_nothing_to_finish_when_apt_need_not_run():
+    ready = dpkg({n: "535.261.03-1" for n in DEBIAN_OPEN})
+    unrelated = {"postgresql-15": {"version": "15.14-0+deb12u1", "status": "half-configured"}}
+    plan = driver_plan(facts(), settings(), packages=with_unfinished(ready, unrelated), headers_available=True, host=HOST)
+    # The site's own unfinished package is not the driver role's to finish when it installs nothing.
+    assert not plan["install"]["needed"]
+    assert plan["repair"] == {"needed": False, "remove": [], "configure": False, "reason": "nothing unfinished"}
+
+
+def test_another_branch_left_unfinished_beside_an_installed_driver_is_still_removed():
+    ready = dpkg({n: "535.261.03-1" for n in DEBIAN_OPEN})
+    plan = driver_plan(facts(), settings(), packages=with_unfinished(ready, UNFINISHED_470, interrupted=False),
+                       headers_available=True, host=HOST)
+    assert plan["repair"]["needed"] and not plan["repair"]["configure"]
+    assert "nvidia-tesla-470-kernel-dkms" in plan["repair"]["remove"]
+
+
+def test_ubuntu_branch_from_the_version_and_no_branch_removes_nothing():
+    unfinished = {"nvidia-driver-570-open": {"version": "570.195.03-0ubuntu0.24.04.1", "status": "unpacked"},
+                  "libnvidia-compute-580": {"version": "580.95.05-0ubuntu0.24.04.2", "status": "unpacked"}}
+    plan = driver_plan(facts(UBUNTU), settings(driver_branch="580"),
+                       packages=with_unfinished(dpkg({}), unfinished), headers_available=True, host=HOST)
+    assert plan["repair"]["remove"] == ["nvidia-driver-570-open"]
+    plan = driver_plan(facts(UBUNTU), settings(driver_branch=""), packages=with_unfinished(dpkg({}), unfinished),
+                       headers_available=True, host=HOST)
+    assert plan["repair"]["remove"] == []

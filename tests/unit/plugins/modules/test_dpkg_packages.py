@@ -100,3 +100,55 @@ def test_parse_multiarch_and_removed():
     assert p["missing"] == ["libfoo"] and p["to_hold"] == ["libbar"] and p["hold_skipped"] == ["libfoo"]
     with pytest.raises(DpkgError, match="unexpected dpkg-query line"):
         parse_status("garbage\n", ["x"])
+
+
+# --- What an interrupted dpkg run left (issue 36) -----------------------------------------------------------------
+def test_parse_unfinished_keeps_only_unfinished_states():
+    from ansible_collections.k8sgpu.nvidia.plugins.module_utils._dpkg import parse_unfinished
+    out = ("dpkg|1.21.23|installed\nlibc6:amd64|2.36-9|installed\ndkms|3.0.10-8|unpacked\n"
+           "gcc-12|12.2.0-14|half-configured\nfoo|1.0|config-files\nbar||not-installed\nccache|4.8|triggers-pending\n"
+           "libnvidia-tesla-470-glcore:amd64|470.256.02-1|half-installed\n")
+    assert parse_unfinished(out) == {
+        "dkms": {"version": "3.0.10-8", "status": "unpacked"},
+        "gcc-12": {"version": "12.2.0-14", "status": "half-configured"},
+        "ccache": {"version": "4.8", "status": "triggers-pending"},
+        "libnvidia-tesla-470-glcore": {"version": "470.256.02-1", "status": "half-installed"}}
+    with pytest.raises(DpkgError, match="unexpected dpkg-query line"):
+        parse_unfinished("dkms|unpacked\n")
+
+
+def test_journal_entries_are_apts_interrupted_check():
+    from ansible_collections.k8sgpu.nvidia.plugins.module_utils._dpkg import journal_entries
+    assert journal_entries(["0001", "0000", "tmp.i"]) == ["0000", "0001"]
+    assert journal_entries(["tmp.i"]) == []
+
+
+def test_repair_plan_removes_only_unfinished_names_and_configures_what_is_left():
+    from ansible_collections.k8sgpu.nvidia.plugins.module_utils._dpkg import repair_plan
+    unfinished = {"a": {"version": "1", "status": "unpacked"}, "b": {"version": "1", "status": "unpacked"}}
+    assert repair_plan(unfinished, False, ["a", "installed-one"], True) == {
+        "remove": ["a"], "configure": True, "configure_names": ["b"]}
+    # Nothing left but the journal: dpkg --configure -a still finishes the interrupted run.
+    assert repair_plan({"a": unfinished["a"]}, True, ["a"], True)["configure"]
+    assert not repair_plan({"a": unfinished["a"]}, False, ["a"], True)["configure"]
+    assert not repair_plan(unfinished, True, [], False)["configure"]
+
+
+def test_audit_of_this_machine_reads_and_changes_nothing(module_io):
+    failed, res = run({"names": ["dpkg"], "audit": True})
+    assert not failed and not res["changed"], res
+    assert isinstance(res["unfinished"], dict) and isinstance(res["interrupted"], bool)
+    assert res["removed"] == [] and res["configured"] == []
+    assert res["ready"] == ["dpkg"]
+
+
+def test_remove_names_an_installed_package_only_when_unfinished(module_io):
+    # dpkg is installed (finished): asking to remove it unfinished does nothing, in check mode or not.
+    failed, res = run({"names": [], "remove_unfinished": ["dpkg"]}, check_mode=True, diff=True)
+    assert not failed and res["removed"] == [] and not res["changed"], res
+    assert "diff" not in res
+
+
+def test_bad_names_in_remove_unfinished_are_refused(module_io):
+    failed, res = run({"names": [], "remove_unfinished": ["nvidia driver"]})
+    assert failed and "not package names: 'nvidia driver'" in res["msg"]

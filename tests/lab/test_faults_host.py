@@ -1,0 +1,181 @@
+"""Faults in the middle of host.yml (issue 36): a run stopped at a named point, then a plain re-run.
+
+Each case runs the real playbooks/host.yml (the driver with its DKMS build, then the container toolkit with Docker
+and containerd) on a GPU host of the lab's recipe of its own (lab/lab.sh node --gpu-host: the gpu-host image, the PCI
+bus of eight H100s, the lab's ccache), injects one fault, and re-runs host.yml with no fault. The re-run must converge
+to the state of a run that had no fault, compared by a digest the test takes on the host (``state_digest``), keep
+what the site put there, and leave no temporary or backup file in the runtimes' directories.
+
+The container's processes stand for the host's: a connection cut (or a host that kills the session) is the apt and
+dpkg processes killed with SIGKILL in the container; a controller killed is ansible-playbook killed with SIGKILL,
+which leaves the command it started on the host running (as Docker's exec, and SSH with ControlPersist, leave it).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ansible_output import recap
+from conftest import LAB_NAME, ROOT, node_sh, run
+
+HOST = f"{LAB_NAME}-fault-1"
+PLAYBOOK = "playbooks/host.yml"
+# The files the host half manages on a Debian 12 GPU host with Docker and containerd, and the directories whose
+# listing shows a temporary or backup file left beside them.
+MANAGED = ("/etc/docker/daemon.json", "/etc/containerd/config.toml", "/etc/nvidia-container-runtime/config.toml",
+           "/etc/modprobe.d/*nvidia*", "/etc/modprobe.d/*nouveau*", "/etc/apt/sources.list.d/*",
+           "/etc/apt/preferences.d/*", "/etc/apt/keyrings/*", "/usr/share/keyrings/*nvidia*", "/etc/cdi/*")
+WATCHED_DIRS = ("/etc/docker", "/etc/containerd", "/etc/nvidia-container-runtime", "/etc/apt/sources.list.d",
+                "/etc/modprobe.d")
+# The packages of the driver and the toolkit (and what DKMS needs), with their versions and holds.
+PACKAGES = r"^(nvidia|libnvidia|libcuda|firmware-nvidia|dkms|gcc|linux-headers)"
+# A key of the site's own in daemon.json: kept by every run.
+SITE_KEY = {"log-level": "warn"}
+
+DIGEST = rf"""
+set -u
+echo '## packages'; dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Abbrev}}\n' | grep -E '{PACKAGES}' | sort
+echo '## holds'; dpkg --get-selections | awk '$2 == "hold" {{print $1}}' | sort
+echo '## unfinished'; dpkg --audit
+echo '## journal'; ls /var/lib/dpkg/updates
+echo '## files'; for f in {' '.join(MANAGED)}; do [ -f "$f" ] && sha256sum "$f"; done
+echo '## listings'; for d in {' '.join(WATCHED_DIRS)}; do [ -d "$d" ] && ls -A "$d" | sed "s|^|$d/|"; done
+echo '## dkms'; dkms status 2>&1 | sort
+echo '## docker default runtime'; docker info -f '{{{{.DefaultRuntime}}}}'
+echo '## containerd default runtime'; containerd config dump 2>/dev/null | grep -E '^\s*default_runtime_name' | tr -d ' '
+"""
+
+
+def state_digest() -> str:
+    """What a converged host has: package versions and holds, dpkg's unfinished work and journal (none), the content
+    of every file the roles manage, the runtimes' directories (a temporary or backup file shows), DKMS's modules and
+    the runtimes' effective default runtime."""
+    return node_sh(HOST, DIGEST)
+
+
+def daemon_json() -> dict:
+    return json.loads(node_sh(HOST, "cat /etc/docker/daemon.json"))
+
+
+def start_host(*docker_run_args: str) -> None:
+    subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
+    args = ["lab/lab.sh", "node", "--gpu-host", HOST, "bookworm"]
+    if docker_run_args:
+        args += ["--", *docker_run_args]
+    cp = run(args, timeout=300)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    # The site's own key, which every run must keep.
+    node_sh(HOST, "python3 - <<'EOF'\nimport json\np='/etc/docker/daemon.json'\nd=json.load(open(p))\n"
+                  f"d.update({SITE_KEY!r})\nopen(p,'w').write(json.dumps(d, indent=2))\nEOF\nsystemctl restart docker")
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory):
+    path = tmp_path_factory.mktemp("faults") / "hosts.yml"
+    path.write_text(json.dumps({"gpu_nodes": {"hosts": {HOST: {
+        "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+    yield path
+    subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
+
+
+def host_yml(inventory: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return run(["ansible-playbook", "-i", "inventories/lab", "-i", str(inventory), "-l", HOST, PLAYBOOK, *args],
+               timeout=timeout)
+
+
+def start_host_yml(inventory: Path, log: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
+    with log.open("w") as out:
+        return subprocess.Popen(["ansible-playbook", "-i", "inventories/lab", "-i", str(inventory), "-l", HOST,
+                                 PLAYBOOK, *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def wait_on_host(proc: subprocess.Popen, condition: str, what: str, log: Path, timeout: float = 600) -> None:
+    """Wait until the shell ``condition`` holds on the host, the run still going."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"host.yml ended (rc {proc.returncode}) before {what}: {log.read_text()[-3000:]}")
+        if subprocess.run(["docker", "exec", HOST, "sh", "-c", condition], capture_output=True,
+                          check=False).returncode == 0:
+            return
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError(f"no {what} on {HOST} within {timeout} s: {log.read_text()[-3000:]}")
+
+
+def changed(cp: subprocess.CompletedProcess) -> int:
+    return recap(cp.stdout).get(HOST, {}).get("changed", -1)
+
+
+def converge(inventory: Path) -> str:
+    """A plain re-run, then another that must change nothing; the host's digest."""
+    cp = host_yml(inventory)
+    assert cp.returncode == 0, cp.stdout[-4000:]
+    again = host_yml(inventory)
+    assert again.returncode == 0 and changed(again) == 0, again.stdout[-4000:]
+    return state_digest()
+
+
+@pytest.fixture(scope="module")
+def reference(inventory):
+    """The digest of a run that had no fault, from a host as the gpu-host image has it."""
+    start_host()
+    digest = converge(inventory)
+    assert "## unfinished\n## journal\n" in digest, digest
+    assert "nvidia-open-kernel-dkms" in digest
+    assert daemon_json()["log-level"] == "warn"
+    return digest
+
+
+def diff(expected: str, got: str) -> str:
+    a, b = expected.splitlines(), got.splitlines()
+    return "\n".join([f"- {x}" for x in a if x not in b] + [f"+ {x}" for x in b if x not in a])
+
+
+def test_connection_cut_while_another_branch_unpacks_then_a_run_of_the_default_branch(inventory, reference, tmp_path):
+    """Today's code fails the re-run: apt refuses with "dpkg was interrupted, you must manually run 'dpkg
+    --configure -a'", and would have configured (built) the other branch's half-installed packages."""
+    start_host()
+    log = tmp_path / "faulted.log"
+    # Debian 12 packages its 470 branch as nvidia-tesla-470-*: the run stopped while dpkg unpacks them.
+    proc = start_host_yml(inventory, log, "-e", "driver_branch=470")
+    wait_on_host(proc, "dpkg-query -W -f='${Package} ${db:Status-Status}\\n' 'nvidia-tesla-470-*' 2>/dev/null "
+                       "| grep -q ' unpacked$'", "dpkg unpacking the 470 branch's packages", log)
+    node_sh(HOST, "pkill -KILL -f '^/usr/bin/(apt-get|dpkg)( |$)'")
+    proc.wait(timeout=300)
+    text = log.read_text()
+    assert proc.returncode != 0, text[-3000:]
+    # The faulted run names the host and the step.
+    assert f"fatal: [{HOST}]" in text and "Install the driver packages with apt" in text, text[-3000:]
+    left = node_sh(HOST, "dpkg --audit; ls /var/lib/dpkg/updates")
+    assert "nvidia-tesla-470" in node_sh(HOST, "dpkg-query -W -f='${Package} ${db:Status-Status}\\n' | grep -v ' installed$' | grep -v not-installed || true"), left
+    assert node_sh(HOST, "ls /var/lib/dpkg/updates").strip(), "the fault left no interrupted dpkg run"
+
+    digest = converge(inventory)
+    assert digest == reference, diff(reference, digest)
+    assert "470" not in node_sh(HOST, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Status}\\n' | grep -v not-installed | grep -E 'nvidia|libcuda' || true")
+    assert daemon_json()["log-level"] == "warn"
+
+
+def test_controller_killed_during_the_dkms_build(inventory, reference, tmp_path):
+    """The host's apt and DKMS go on after the controller dies; the re-run waits for dpkg's lock and converges."""
+    start_host()
+    log = tmp_path / "faulted.log"
+    proc = start_host_yml(inventory, log)
+    # DKMS compiling the open kernel module (the nvidia-open-kernel-dkms postinst).
+    wait_on_host(proc, "pgrep -x cc1 >/dev/null", "the DKMS build", log)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert node_sh(HOST, "pgrep -f 'dkms' >/dev/null && echo running", check=False).strip() == "running"
+
+    digest = converge(inventory)
+    assert digest == reference, diff(reference, digest)
+    assert daemon_json()["log-level"] == "warn"
