@@ -197,11 +197,13 @@ def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=
     if rules is None:
         rules = RULES.get(role.rsplit(".", 1)[-1], {})
     for name, checks in rules.items():
-        if name not in values or values[name] is None:
+        if name not in values:
             continue
         if any(name in message for message in result.error_messages):
             continue  # the argument spec refused it already
         for rule in checks:
+            if values[name] is None and not getattr(rule, "takes_none", False):
+                continue  # an empty value: only the rules made with  refuse it
             errors += ["%s: %s" % (role, m) for m in rule(name, values[name], values)]
     errors += ["%s: %s" % (role, m) for m in syntax_errors(
         role.rsplit(".", 1)[-1], options, values, skip=refused)]
@@ -427,11 +429,18 @@ def scaling_rules(name, value, values):
     return out
 
 
+_TARGET_FORM = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G)?")
+
+
 def gpu_target(name, value, values):
-    """The HPA's target: above 0; a percentage (at most 100) for a utilisation metric."""
+    """The HPA's target: a quantity of digits and m, k, M or G (with state present), above 0; a percentage (at most
+    100) for a utilisation metric."""
+    if values.get("gpu_autoscaling_state") != "absent" and not _TARGET_FORM.fullmatch(str(value)):
+        return ["%s is %s; give a quantity such as 60, 2.5, 500m or 2k (digits, an optional decimal part, then "
+                "optionally m, k, M or G)" % (name, _short(value))]
     number = to_number(value)
     if number is None:
-        return []  # not a quantity: the role's preflight names it with its other settings
+        return []
     metric = values.get("gpu_autoscaling_object_metric" if values.get("gpu_autoscaling_metric_type") == "object"
                         else "gpu_autoscaling_metric") or ""
     if number <= 0:
@@ -439,6 +448,9 @@ def gpu_target(name, value, values):
     if "UTIL" in str(metric) and number > 100:
         return ["%s is %s; %s is a utilisation in percent, so give a target from 1 to 100" % (name, _short(value), metric)]
     return []
+
+
+gpu_target.takes_none = True  # type raw: ansible-core lets None through
 
 
 CA_EXPANDERS = ("random", "most-pods", "least-waste", "price", "priority", "grpc", "least-nodes")
@@ -458,11 +470,158 @@ def fraction(name, value, values):
 _SECONDS = in_range(1, None, "a whole number of seconds")
 _NONNEG = in_range(0, None, "a whole number")
 
-# Settings the roles check themselves, before any change, with messages the lab tests assert, are left to them:
-# dcgm_exporter's port, intervals and probes; device_plugin_time_slicing_replicas; driver_branch's form;
-# gpu_alerts' durations and framebuffer_percent (filter gpu_alert_rules); gpu_autoscaling's replicas and the
-# target's form; gpu_metrics_adapter's relist interval and certificate days; karpenter_removal_timeout;
-# karpenter_gpu's GPU limit and durations; node_maintenance's settings (tasks/settings.yml).
+
+# The checks the roles' preflight asserts made before 1.2.0 (issue 35: each check in one place), with the same
+# accepted values: the ranges and forms here, the relations between settings and what the cluster or the controller
+# holds in the roles' preflight. A value left empty (None) of a typed option is refused by ansible-core's validation
+# of the argument spec, before this module runs; the rules of string options below refuse it themselves.
+# when_present() applies a rule only with the role's state present, where the role's preflight ran only then.
+
+def when_present(state, rule):
+    """rule, only when the variable state is not 'absent' (the role removes what it made and reads nothing else)."""
+    def wrapped(name, value, values):
+        return [] if values.get(state) == "absent" else rule(name, value, values)
+    wrapped.takes_none = getattr(rule, "takes_none", False)
+    return wrapped
+
+
+def pattern(regex, what, allow=(), stringify=False):
+    """A string that matches regex whole (a number too with stringify); allow: other values accepted ('')."""
+    compiled = re.compile(regex)
+
+    def rule(name, value, values):
+        if value in allow and isinstance(value, str):
+            return []
+        text = str(value) if stringify and isinstance(value, (int, float)) and not isinstance(value, bool) else value
+        if isinstance(text, str) and compiled.fullmatch(text):
+            return []
+        return ["%s is %s; give %s" % (name, _short(value, name=name), what)]
+    rule.takes_none = True
+    return rule
+
+
+def non_empty(what):
+    """A list (or mapping) with at least one entry."""
+    def rule(name, value, values):
+        if value is None or isinstance(value, (str, bytes)) or len(value) == 0:
+            return ["%s is %s; give %s" % (name, _short(value), what)]
+        return []
+    rule.takes_none = True
+    return rule
+
+
+def max_length(limit, why):
+    def rule(name, value, values):
+        if isinstance(value, str) and len(value) > limit:
+            return ["%s is %s (%d characters); give at most %d characters (%s)"
+                    % (name, _short(value), len(value), limit, why)]
+        return []
+    return rule
+
+
+# Prometheus' and Karpenter's durations as the roles accepted them (whole numbers, one or more units).
+PROMETHEUS_DURATION = pattern(r"([0-9]+(ms|s|m|h))+", "a Prometheus duration such as 15s, 1m or 1h30m (units ms, s, m, h)")
+KARPENTER_DURATION = pattern(r"Never|([0-9]+(s|m|h))+", "a duration such as 30s, 5m or 720h (units s, m, h), or Never")
+
+
+def gke_image_type(name, value, values):
+    """A GKE node image type that Google ships driver installers for: COS* or UBUNTU* (any case)."""
+    if isinstance(value, str) and re.match(r"(COS|UBUNTU)", value.upper()):
+        return []
+    return ["%s is %s; give a COS* or UBUNTU* image type (such as COS_CONTAINERD): Google ships driver installers for "
+            "COS and Ubuntu node images only, and Windows pools get drivers from GKE" % (name, _short(value))]
+
+
+gke_image_type.takes_none = True
+
+
+def node_class_ref(name, value, values):
+    """Another node class for a NodePool: empty, or exactly group, kind and name."""
+    if isinstance(value, Mapping) and (len(value) == 0 or sorted(value) == ["group", "kind", "name"]):
+        return []
+    return ["%s is %s; give {} (the role's own EC2NodeClass) or exactly group, kind and name, for example "
+            "{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}" % (name, _short(value))]
+
+
+node_class_ref.takes_none = True
+
+
+def _own_node_class(values):
+    """karpenter_gpu makes its own EC2NodeClass: state present and no other node class given."""
+    return values.get("karpenter_gpu_state") != "absent" and not values.get("karpenter_gpu_node_class")
+
+
+def own_node_class(rule):
+    def wrapped(name, value, values):
+        return rule(name, value, values) if _own_node_class(values) else []
+    wrapped.takes_none = getattr(rule, "takes_none", False)
+    return wrapped
+
+
+_CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def dashboards(name, value, values):
+    """Grafana dashboards: each a ConfigMap name (DNS-1123 subdomain) and a JSON file whose base name is a ConfigMap
+    key. That the file exists and holds a dashboard is the role's preflight's, on the controller."""
+    out = []
+    for index, item in enumerate(value or []):
+        where = "%s[%d]" % (name, index)
+        if not isinstance(item, Mapping):
+            continue  # the argument spec refuses it
+        out += subdomain_name(where + ".name", item.get("name"), values)
+        path = item.get("path")
+        if not isinstance(path, str) or path == "":
+            out.append("%s.path is %s; give the dashboard's JSON file on the controller" % (where, _short(path)))
+        elif not _CONFIGMAP_KEY.fullmatch(path.rsplit("/", 1)[-1]):
+            out.append("%s.path is %s; its base name becomes a ConfigMap key, so give a file named with letters, "
+                       "digits, '-', '_' and '.' only" % (where, _short(path)))
+    return out
+
+
+def _local_chart(values):
+    return bool(re.match(r"[./]", str(values.get("prometheus_stack_chart_ref") or "")))
+
+
+def chart_repo_url(name, value, values):
+    """The chart repository: http(s):// or oci://, unless the chart is a local path (then it is not read)."""
+    if _local_chart(values) or (isinstance(value, str) and re.match(r"(https?|oci)://", value)):
+        return []
+    return ["%s is %s; give the chart repository's http://, https:// or oci:// URL (or a local path in "
+            "prometheus_stack_chart_ref)" % (name, _short(value))]
+
+
+chart_repo_url.takes_none = True
+
+
+def one_label(name, value, values):
+    """Exactly one label: the Grafana sidecar loads dashboards by one key and value."""
+    if isinstance(value, Mapping) and len(value) == 1:
+        return []
+    return ["%s is %s; give exactly one label (the Grafana sidecar loads dashboards by one key and value)"
+            % (name, _short(value))]
+
+
+one_label.takes_none = True
+
+
+def alert_receiver(name, value, values):
+    """An Alertmanager receiver: empty, or one with a name other than "null" (the chart's own)."""
+    if not value:
+        return []
+    receiver = value.get("name") if isinstance(value, Mapping) else None
+    if receiver is None or str(receiver) in ("", "null"):
+        return ["%s.name is %s; give the receiver a name other than \"null\" (the chart's own receiver)"
+                % (name, _short(receiver))]
+    return []
+
+
+# The one place of the ranges and forms of the roles' inputs (docs/development.md, "Where inputs are checked"):
+# the argument specs say the types and choices, these rules the ranges and forms, and a role's preflight only what
+# needs facts, the cluster, the controller's files or two settings together. Left elsewhere: driver_branch's form
+# and node_maintenance's settings (their roles' own tasks); gpu_alerts' durations, framebuffer_percent, XID codes,
+# job and selector (the filter gpu_alert_rules, whose messages the lab tests assert) and dcgm_exporter's counters
+# (the filter dcgm_counters_csv), both run by the role's preflight before any change.
 RULES = {
     "cluster_autoscaler": {
         "cluster_autoscaler_scale_down_unneeded_time": [duration()],
@@ -479,11 +638,23 @@ RULES = {
         "dcgm_exporter_extra_tolerations": [tolerations],
         "dcgm_exporter_resources": [resources],
         "dcgm_exporter_wait_timeout": [_SECONDS],
+        "dcgm_exporter_version": [pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "an image tag such as "
+                                          "4.5.3-4.8.2-ubuntu22.04 (letters, digits, '_', '.' and '-', at most 128)")],
+        "dcgm_exporter_port": [port],
+        "dcgm_exporter_collect_interval_ms": [in_range(100, None, "a number of milliseconds")],
+        "dcgm_exporter_probe_initial_delay": [_NONNEG],
+        "dcgm_exporter_probe_period": [_SECONDS],
+        "dcgm_exporter_probe_timeout": [_SECONDS],
+        "dcgm_exporter_probe_failure_threshold": [in_range(1, None, "a whole number")],
+        "dcgm_exporter_scrape_interval": [PROMETHEUS_DURATION],
+        # the DaemonSet's name: its Pods' names add a 5-character suffix and the controller revision's a hash
+        "dcgm_exporter_name": [max_length(52, "the DaemonSet's name, which its Pods' names extend")],
     },
     "device_plugin": {
         "device_plugin_extra_tolerations": [tolerations],
         "device_plugin_resources": [resources],
         "device_plugin_wait_timeout": [_SECONDS],
+        "device_plugin_time_slicing_replicas": [_NONNEG],
     },
     "driver": {
         "driver_version": [driver_version],
@@ -492,6 +663,10 @@ RULES = {
     },
     "gke_driver_installer": {
         "gke_driver_installer_cpu_request": [quantity],
+        "gke_driver_installer_image_type": [gke_image_type],
+    },
+    "gpu_dashboard": {
+        "gpu_dashboard_extra": [dashboards],
     },
     "gpu_alerts": {
         "gpu_alerts_gpu_temp_celsius": [in_range(1, 150, "a temperature in degrees Celsius")],
@@ -500,6 +675,7 @@ RULES = {
     },
     "gpu_autoscaling": {
         "gpu_autoscaling_target_value": [gpu_target],
+        "gpu_autoscaling_min_replicas": [when_present("gpu_autoscaling_state", in_range(1, None, "a whole number"))],
         "gpu_autoscaling_scale_up": [scaling_rules],
         "gpu_autoscaling_scale_down": [scaling_rules],
     },
@@ -509,6 +685,12 @@ RULES = {
         "gpu_metrics_adapter_resources": [resources],
         "gpu_metrics_adapter_external_port": [port],
         "gpu_metrics_adapter_wait_timeout": [_SECONDS],
+        "gpu_metrics_adapter_prometheus_url": [when_present("gpu_metrics_adapter_state", pattern(
+            r"https?://[^/:]+.*", "Prometheus' URL, http(s)://host[:port][/path]"))],
+        "gpu_metrics_adapter_relist_interval": [when_present("gpu_metrics_adapter_state", pattern(
+            r"[0-9]+(ms|s|m|h)", "a duration of one unit such as 30s or 1m (units ms, s, m, h)"))],
+        "gpu_metrics_adapter_cert_renew_before_days": [when_present("gpu_metrics_adapter_state", in_range(
+            0, None, "a whole number of days"))],
     },
     "karpenter": {
         "karpenter_replicas": [in_range(1, None, "a whole number")],
@@ -519,6 +701,7 @@ RULES = {
         "karpenter_resources": [resources],
         "karpenter_tolerations": [tolerations],
         "karpenter_pdb_max_unavailable": [count_or_percent(0)],
+        "karpenter_version": [pattern(r"[0-9]+\.[0-9]+\.[0-9]+", "a Karpenter release such as 1.14.1 (no v)")],
     },
     "karpenter_gpu": {
         "karpenter_gpu_taints": [taints],
@@ -528,6 +711,28 @@ RULES = {
         "karpenter_gpu_disruption_budgets": [disruption_budgets],
         "karpenter_gpu_block_device_mappings": [block_device_mappings],
         "karpenter_gpu_delete_timeout": [_SECONDS],
+        "karpenter_gpu_instance_families": [non_empty("at least one instance family, such as [g6, p5]")],
+        "karpenter_gpu_capacity_types": [non_empty("at least one of spot, on-demand and reserved")],
+        "karpenter_gpu_gpu_limit": [in_range(1, None, "a whole number of GPUs")],
+        "karpenter_gpu_consolidate_after": [KARPENTER_DURATION],
+        "karpenter_gpu_expire_after": [KARPENTER_DURATION],
+        "karpenter_gpu_termination_grace_period": [pattern(
+            r"([0-9]+(s|m|h))+", "a duration such as 48h or 30m (units s, m, h), or '' for none", allow=("",))],
+        "karpenter_gpu_node_class": [node_class_ref],
+        # the role's own EC2NodeClass (state present, no other node class given)
+        "karpenter_gpu_ami_alias": [own_node_class(pattern(
+            r"(al2023|bottlerocket)@(latest|v[0-9][0-9.]*)", "an AMI alias family@version: al2023@latest, or pinned "
+            "al2023@v20251120 (al2023 or bottlerocket, the families whose user data isolates GPUs: al2 is refused)"))],
+        "karpenter_gpu_subnet_selector_terms": [own_node_class(non_empty("at least one subnet selector term"))],
+        "karpenter_gpu_security_group_selector_terms": [own_node_class(non_empty(
+            "at least one security group selector term"))],
+    },
+    "prometheus_stack": {
+        "prometheus_stack_chart_repo_url": [chart_repo_url],
+        "prometheus_stack_grafana_dashboard_labels": [one_label],
+        "prometheus_stack_wait_timeout": [pattern(r"([0-9]+(\.[0-9]+)?(ms|s|m|h))+", "a Go duration such as 10m or "
+                                                  "1h30m (units ms, s, m, h)", stringify=True)],
+        "prometheus_stack_gpu_alert_receiver": [alert_receiver],
     },
     "verify": {
         "verify_node_devices": [lambda n, v, vs: [m for i, d in enumerate(v or []) for m in _NONNEG("%s[%d]" % (n, i), d, vs)]],
@@ -799,6 +1004,22 @@ def proxy_url(name, value, values):
     return []
 
 
+def image_digest(name, value, values):
+    """An image digest: sha256: and 64 lowercase hexadecimal digits ('' for none: the tag alone)."""
+    if isinstance(value, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", value):
+        return []
+    return [_message(name, value, "an image digest", "give sha256:<64 hex> (sha256: and 64 lowercase hexadecimal "
+                                                     "digits), or '' for the tag alone")]
+
+
+def iam_role_arn(name, value, values):
+    """An IAM role's ARN: arn:<partition>:iam::<12-digit account>:role/<path and name> ('' for none)."""
+    if isinstance(value, str) and re.fullmatch(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+", value):
+        return []
+    return [_message(name, value, "an IAM role ARN", "give arn:aws:iam::<12-digit account>:role/<name>, or '' with "
+                                                     "EKS Pod Identity")]
+
+
 def tolerations_syntax(name, value, values):
     """Tolerations' key (a qualified name, may be empty) and value (a label value)."""
     out = []
@@ -854,6 +1075,8 @@ SYNTAX = {
     "host_path": host_path,
     "local_path": local_path,
     "proxy_url": proxy_url,
+    "image_digest": image_digest,
+    "iam_role_arn": iam_role_arn,
     "tolerations": tolerations_syntax,
     "taints": taints_syntax,
     "requirements": requirements,
@@ -890,6 +1113,8 @@ SYNTAX_BY_SUFFIX = {
     "_dir": "host_path",
     "_root": "host_path",
     "_proxy": "proxy_url",
+    "_digest": "image_digest",
+    "_role_arn": "iam_role_arn",
 }
 
 # By the full name, over the end of the name: None marks a name that is free text, with the reason in FREE_TEXT.
@@ -921,7 +1146,7 @@ FREE_TEXT = {
     "container_toolkit_runtime_name": "a runtime name in the container runtime's configuration (a choice list)",
     "container_toolkit_cdi_spec": "auto, or what the toolkit's CDI generation takes",
     "gpu_autoscaling_target_value": "a Kubernetes quantity (rule gpu_target; rendered with to_json)",
-    "karpenter_gpu_node_class": "more fields of the EC2NodeClass's spec, a mapping (rendered with to_json)",
+    "karpenter_gpu_node_class": "another node class's group, kind and name (rule node_class_ref; rendered with to_json)",
 }
 # The kubeconfig file and context are read by the Kubernetes client on the controller, never rendered; inventory
 # group names are not Kubernetes names.

@@ -144,3 +144,172 @@ def test_injected_namespace_fails_at_the_first_task_before_anything_is_rendered(
     assert rc == 2, out
     assert "cluster_autoscaler_namespace is 'kube-system\\n---\\nkind: ClusterRoleBinding'; a namespace name" in out
     assert "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?'" in out
+
+
+# Issue 35, item 3: the roles' preflight asserts no longer repeat the argument specs' choices and types, and their
+# ranges and forms moved to role_inputs' rules. Each input those asserts refused is still refused before the role's
+# second task, naming the variable: a choice or a type by ansible-core's validation of the argument spec, a range or
+# a form by the role's first task, with every refusal of the role at once.
+SPEC_REFUSED = {
+    "cluster_autoscaler": {"cluster_autoscaler_state": "gone"},
+    "dcgm_exporter": {"dcgm_exporter_service_monitor": "yes"},
+    "device_plugin": {"device_plugin_install_method": "kustomize", "device_plugin_mig_strategy": "all",
+                      "device_plugin_device_list_strategy": ["env"], "device_plugin_device_id_strategy": "serial",
+                      "device_plugin_state": "gone"},
+    "gke_driver_installer": {"gke_driver_installer_state": "gone", "gke_driver_installer_image_pull_policy": "Sometimes"},
+    "gpu_alerts": {"gpu_alerts_prometheus_rule": "sometimes"},
+    "gpu_autoscaling": {"gpu_autoscaling_target_kind": "DaemonSet", "gpu_autoscaling_metric_type": "external",
+                        "gpu_autoscaling_state": "gone"},
+    "gpu_metrics_adapter": {"gpu_metrics_adapter_mode": "sidecar", "gpu_metrics_adapter_prometheus_check": "maybe",
+                            "gpu_metrics_adapter_aggregation": "median"},
+    "karpenter": {"karpenter_state": "gone"},
+    "karpenter_gpu": {"karpenter_gpu_state": "gone", "karpenter_gpu_capacity_types": ["spot", "cheap"],
+                      "karpenter_gpu_consolidation_policy": "Always"},
+    "node_labels": {"node_labels_state": "gone", "node_labels_taint": "yes", "node_labels_missing": "warn"},
+    "prometheus_stack": {"prometheus_stack_state": "gone"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPEC_REFUSED))
+def test_choices_the_preflight_repeated_fail_at_the_argument_spec_naming_each_variable(tmp_path, name):
+    rc, out = play(tmp_path, [role(name)], SPEC_REFUSED[name])
+    assert rc == 2, out
+    assert "Validating arguments against arg spec 'main'" in out and "Validation of arguments failed" in out, out
+    for variable, value in SPEC_REFUSED[name].items():
+        shown = ", ".join(value) if isinstance(value, list) else value
+        assert f"value of {variable} must be one " in out and shown.split(", ")[-1] in out, (variable, out)
+    assert "Check the role's inputs" not in out  # stopped before the first task
+
+
+# variable -> (bad value, words of the message after "<variable> is <value>"); all of a role's in one run.
+RULES_REFUSED = {
+    "cluster_autoscaler": {
+        "cluster_autoscaler_irsa_role_arn": ("arn:aws:iam::1:role/x", "an IAM role ARN"),
+    },
+    "dcgm_exporter": {
+        "dcgm_exporter_image_digest": ("sha256:xyz", "give sha256:<64 hex>"),
+        "dcgm_exporter_version": ("4.5 latest", "an image tag"),
+        "dcgm_exporter_port": (70000, "a port from 1 to 65535"),
+        "dcgm_exporter_collect_interval_ms": (50, "a number of milliseconds 100 or more"),
+        "dcgm_exporter_probe_initial_delay": (-1, "a whole number 0 or more"),
+        "dcgm_exporter_probe_period": (0, "seconds 1 or more"),
+        "dcgm_exporter_probe_timeout": (0, "seconds 1 or more"),
+        "dcgm_exporter_probe_failure_threshold": (0, "a whole number 1 or more"),
+        "dcgm_exporter_scrape_interval": ("15 s", "a Prometheus duration"),
+        "dcgm_exporter_namespace": ("DCGM", "a namespace name"),
+        "dcgm_exporter_name": ("d" * 53, "at most 52 characters"),
+    },
+    "device_plugin": {
+        "device_plugin_time_slicing_replicas": (-1, "a whole number 0 or more"),
+        "device_plugin_image_digest": ("latest", "an image digest"),
+    },
+    "gke_driver_installer": {
+        "gke_driver_installer_image_type": ("WINDOWS_LTSC_CONTAINERD", "COS* or UBUNTU*"),
+        "gke_driver_installer_cos_digest": ("sha256:1", "an image digest"),
+        "gke_driver_installer_ubuntu_digest": ("1234", "an image digest"),
+        "gke_driver_installer_pause_digest": ("latest", "an image digest"),
+        "gke_driver_installer_node_pools": ("gpu-a", "a YAML list"),
+    },
+    "gpu_alerts": {
+        "gpu_alerts_namespace": ("gpu monitoring", "a namespace name"),
+        "gpu_alerts_name": ("GPU-alerts", "a name the role gives its objects"),
+    },
+    "gpu_autoscaling": {
+        "gpu_autoscaling_min_replicas": (0, "a whole number 1 or more"),
+        "gpu_autoscaling_target_value": ("sixty", "a quantity such as 60"),
+    },
+    "gpu_dashboard": {
+        "gpu_dashboard_namespace": ("Monitoring", "a namespace name"),
+        "gpu_dashboard_extra[0].name": ([{"name": "GPU board", "path": "/tmp/a.json"},
+                                         {"name": "b", "path": ""}, {"name": "c", "path": "/tmp/c d.json"}],
+                                        "a Kubernetes object name"),
+        "gpu_dashboard_extra[1].path": (None, "give the dashboard's JSON file"),
+        "gpu_dashboard_extra[2].path": (None, "a ConfigMap key"),
+    },
+    "gpu_metrics_adapter": {
+        "gpu_metrics_adapter_image_digest": ("latest", "an image digest"),
+        "gpu_metrics_adapter_prometheus_url": ("prometheus:9090", "http(s)://host[:port][/path]"),
+        "gpu_metrics_adapter_hpa_service_account": ("horizontal-pod-autoscaler", "a namespace/name"),
+        "gpu_metrics_adapter_relist_interval": ("1m30s", "a duration of one unit"),
+        "gpu_metrics_adapter_cert_renew_before_days": (-1, "days 0 or more"),
+    },
+    "karpenter": {
+        "karpenter_version": ("v1.14.1", "a Karpenter release such as 1.14.1"),
+        "karpenter_image_digest": ("latest", "an image digest"),
+        "karpenter_irsa_role_arn": ("role/karpenter", "an IAM role ARN"),
+    },
+    "karpenter_gpu": {
+        "karpenter_gpu_instance_families": ([], "at least one instance family"),
+        "karpenter_gpu_capacity_types": ([], "at least one of spot, on-demand and reserved"),
+        "karpenter_gpu_gpu_limit": (0, "a whole number of GPUs 1 or more"),
+        "karpenter_gpu_consolidate_after": ("5 min", "or Never"),
+        "karpenter_gpu_expire_after": ("30d", "or Never"),
+        "karpenter_gpu_termination_grace_period": ("1d", "or '' for none"),
+        "karpenter_gpu_ami_alias": ("al2", "an AMI alias family@version"),
+        "karpenter_gpu_subnet_selector_terms": ([], "at least one subnet selector term"),
+        "karpenter_gpu_security_group_selector_terms": ([], "at least one security group selector term"),
+    },
+    "prometheus_stack": {
+        "prometheus_stack_chart_repo_url": ("ftp://charts.example", "http://, https:// or oci://"),
+        "prometheus_stack_grafana_dashboard_labels": ({"a": "1", "b": "1"}, "exactly one label"),
+        "prometheus_stack_values": ("a=b", "a YAML mapping"),
+        "prometheus_stack_wait_timeout": ("10 minutes", "a Go duration"),
+        "prometheus_stack_gpu_alert_receiver.name": ({"name": "null"}, "a name other than"),
+    },
+}
+
+
+def _given(cases):
+    """The variables to set: a dotted or indexed path is a check inside the variable set by its first entry."""
+    out = {}
+    for path, (value, _words) in cases.items():
+        base = path.split(".")[0].split("[")[0]
+        if base not in out or value is not None:
+            out[base] = value
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(RULES_REFUSED))
+def test_ranges_and_forms_the_preflight_checked_fail_at_the_first_task_naming_each_variable(tmp_path, name):
+    cases = RULES_REFUSED[name]
+    rc, out = play(tmp_path, [role(name)], _given(cases))
+    assert rc == 2, out
+    assert f"TASK [k8sgpu.nvidia.{name} : Check the role's inputs]" in out, out
+    assert f"localhost: k8sgpu.nvidia.{name} (entry point main): {len(cases)} input" in out, out
+    for path, (_value, words) in cases.items():
+        message = out.split(f"{name}: {path} ", 1)
+        assert len(message) == 2, (path, out)
+        assert words in message[1].split(f" {name}: ", 1)[0], (path, words, message[1][:400])
+
+
+@pytest.mark.parametrize("name,extra,words", [
+    # a typed option left empty (name: with nothing after it): ansible-core's validation refuses it
+    ("karpenter", {"karpenter_extra_env": None}, ["argument 'karpenter_extra_env' is of type NoneType"]),
+    ("karpenter_gpu", {"karpenter_gpu_gpu_limit": None, "karpenter_gpu_instance_families": None},
+     ["argument 'karpenter_gpu_gpu_limit' is of type NoneType", "argument 'karpenter_gpu_instance_families' is of type NoneType"]),
+    ("prometheus_stack", {"prometheus_stack_values": None}, ["argument 'prometheus_stack_values' is of type NoneType"]),
+    ("gke_driver_installer", {"gke_driver_installer_node_pools": None},
+     ["argument 'gke_driver_installer_node_pools' is of type NoneType"]),
+    # a string or raw one: the rule
+    ("prometheus_stack", {"prometheus_stack_wait_timeout": None}, ["prometheus_stack_wait_timeout is None; give a Go duration"]),
+    ("gpu_autoscaling", {"gpu_autoscaling_target_value": None}, ["gpu_autoscaling_target_value is None; give a quantity"]),
+])
+def test_an_empty_value_the_preflight_refused_is_refused_naming_it(tmp_path, name, extra, words):
+    rc, out = play(tmp_path, [role(name)], extra)
+    assert rc == 2, out
+    for text in words:
+        assert text in out, (text, out)
+
+
+def test_checks_of_the_role_own_node_class_and_of_state_present_only_follow_the_state(tmp_path):
+    # the EC2NodeClass's AMI alias is not read with another node class; the HPA's settings not with state absent
+    rc, out = play(tmp_path, [role("karpenter_gpu"), role("gpu_autoscaling"), role("gpu_metrics_adapter")],
+                   {"karpenter_gpu_ami_alias": "al2", "karpenter_gpu_subnet_selector_terms": [],
+                    "karpenter_gpu_node_class": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass",
+                                                 "name": "default"},
+                    "gpu_autoscaling_state": "absent", "gpu_autoscaling_min_replicas": 0,
+                    "gpu_autoscaling_target_value": "sixty",
+                    "gpu_metrics_adapter_state": "absent", "gpu_metrics_adapter_relist_interval": "1m30s"},
+                   check=True)
+    assert rc == 0, out
+    assert "changed=0" in out
