@@ -203,7 +203,7 @@ def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=
             continue  # the argument spec refused it already
         for rule in checks:
             if values[name] is None and not getattr(rule, "takes_none", False):
-                continue  # an empty value: only the rules made with  refuse it
+                continue  # an empty value: read only by the rules marked takes_none
             errors += ["%s: %s" % (role, m) for m in rule(name, values[name], values)]
     errors += ["%s: %s" % (role, m) for m in syntax_errors(
         role.rsplit(".", 1)[-1], options, values, skip=refused)]
@@ -647,8 +647,8 @@ RULES = {
         "dcgm_exporter_probe_timeout": [_SECONDS],
         "dcgm_exporter_probe_failure_threshold": [in_range(1, None, "a whole number")],
         "dcgm_exporter_scrape_interval": [PROMETHEUS_DURATION],
-        # the DaemonSet's name: its Pods' names add a 5-character suffix and the controller revision's a hash
-        "dcgm_exporter_name": [max_length(52, "the DaemonSet's name, which its Pods' names extend")],
+        # also the DaemonSet's and its Service's name; 52 characters at most, as the role's preflight accepted it
+        "dcgm_exporter_name": [max_length(52, "the name of the exporter's DaemonSet and Service")],
     },
     "device_plugin": {
         "device_plugin_extra_tolerations": [tolerations],
@@ -1014,7 +1014,7 @@ def image_digest(name, value, values):
 
 def iam_role_arn(name, value, values):
     """An IAM role's ARN: arn:<partition>:iam::<12-digit account>:role/<path and name> ('' for none)."""
-    if isinstance(value, str) and re.fullmatch(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+", value):
+    if isinstance(value, str) and re.fullmatch(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]+", value):
         return []
     return [_message(name, value, "an IAM role ARN", "give arn:aws:iam::<12-digit account>:role/<name>, or '' with "
                                                      "EKS Pod Identity")]

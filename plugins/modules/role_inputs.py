@@ -19,14 +19,15 @@ description:
     value V(true) unquoted, a tag V(3.10), which YAML reads as the number 3.1), because the role's tasks read the
     variable as given, not as converted. A string for a number or a boolean (what C(-e key=value) and INI
     inventories give) and a whole number for a string (a V(driver_branch) of V(550)) are accepted.
-  - Applies the checks an argument spec cannot express, each role's own (ranges, percentages, weights, Kubernetes
-    quantities and durations, a driver version of the branch asked for, relations inside tolerations and taints).
-    Settings a role already checks in its own preflight, before any change, are left to it.
+  - Applies the checks an argument spec cannot express, each role's own (ranges, percentages, weights, ports, Kubernetes
+    quantities and durations, image tags, a Karpenter release, an AMI alias, a driver version of the branch asked
+    for, relations inside tolerations and taints). It is the one place of these checks; a role's own preflight keeps
+    only what needs facts, the cluster, the controller's files or two settings together.
   - Checks the syntax of every input that becomes a Kubernetes name (DNS-1123 subdomain, or label where Kubernetes needs
     one, DNS-1035 label for a Service), namespace, label key or value, annotation key, taint key or value, a host path
-    (absolute, normalised, no C(..), no newline) or an apt proxy URL (scheme, host and port, nothing else), in the
-    words and regular expressions of Kubernetes' own validation, so that no value can add structure to the YAML a
-    role renders. Which check an option gets follows from its name (C(_namespace), C(_name), C(_labels), C(_dir) ...)
+    (absolute, normalised, no C(..), no newline), an apt proxy URL (scheme, host and port, nothing else), an image
+    digest (C(sha256:) and 64 hexadecimal digits) or an IAM role ARN, in the words and regular expressions of
+    Kubernetes' own validation, so that no value can add structure to the YAML a role renders. Which check an option gets follows from its name (C(_namespace), C(_name), C(_labels), C(_dir) ...)
     and, for the exceptions, a table; a unit test keeps every role's options covered.
   - Each refusal names the role, the variable (with its path inside a list or mapping), the value given and what is
     accepted. All refusals of the role are reported together.
