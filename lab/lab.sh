@@ -8,9 +8,10 @@
 #   lab/lab.sh status  show what is running
 #   lab/lab.sh images  only build the Debian node images (and what that needs)
 #   lab/lab.sh node NAME SUITE [IMAGE]   one more node container (tests remove it)
-#   lab/lab.sh node --gpu-host NAME SUITE [-- DOCKER-RUN-ARGS]  one more GPU
-#                      host as the lab's are (gpu-host image, the PCI bus of
-#                      eight H100s, ccache), with further `docker run` arguments
+#   lab/lab.sh node --gpu-host NAME SUITE [IMAGE] [-- DOCKER-RUN-ARGS]  one
+#                      more GPU host as the lab's are (gpu-host image or IMAGE,
+#                      the PCI bus of eight H100s, ccache), with further
+#                      `docker run` arguments
 #   lab/lab.sh reset   the GPU node containers started again from their image:
 #                      what earlier runs installed on them (the driver, the
 #                      toolkit) is gone; their kwok Nodes are left as they are
@@ -585,11 +586,11 @@ cmd_node() {
     args+=("$1"); shift
   done
   set -- "${args[@]}"
-  { [ $# -eq 2 ] || { [ $# -eq 3 ] && ! $gpu_host; }; } \
-    || { echo "usage: $0 node NAME bookworm|trixie [IMAGE] | node --gpu-host NAME bookworm|trixie [-- DOCKER-RUN-ARGS]" >&2; exit 2; }
+  { [ $# -eq 2 ] || [ $# -eq 3 ]; } \
+    || { echo "usage: $0 node [--gpu-host] NAME bookworm|trixie [IMAGE] [-- DOCKER-RUN-ARGS]" >&2; exit 2; }
   local image="${3:-$(image_tag "$2")}"
   NODE_RUN_ARGS=()
-  if $gpu_host; then image=$(gpu_host_tag "$2"); write_gpu_sysfs; add_gpu_host_run_args; fi
+  if $gpu_host; then image="${3:-$(gpu_host_tag "$2")}"; write_gpu_sysfs; add_gpu_host_run_args; fi
   NODE_RUN_ARGS+=("${extra[@]}")
   docker image inspect "$image" >/dev/null 2>&1 || die "no image $image: run lab/lab.sh up first"
   docker network inspect "$NETWORK" >/dev/null 2>&1 || die "no network $NETWORK: run lab/lab.sh up first"
@@ -734,5 +735,5 @@ case "${1:-}" in
   images) cmd_images ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|status|images|node [--gpu-host] NAME SUITE [IMAGE]|scale N [--from-hosts]|reset" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|images|node [--gpu-host] NAME SUITE [IMAGE] [-- ARGS]|scale N [--from-hosts]|reset" >&2; exit 2 ;;
 esac

@@ -37,6 +37,8 @@ WATCHED_DIRS = ("/etc/docker", "/etc/containerd", "/etc/nvidia-container-runtime
 PACKAGES = r"^(nvidia|libnvidia|libcuda|firmware-nvidia|dkms|gcc|linux-headers)"
 # A key of the site's own in daemon.json: kept by every run.
 SITE_KEY = {"log-level": "warn"}
+# The converged host of the reference run, committed: where a case needs a converged host to begin from.
+CONVERGED_IMAGE = f"k8sgpu-lab/{LAB_NAME}-fault-converged:{os.getpid()}"
 
 DIGEST = rf"""
 set -u
@@ -44,7 +46,8 @@ echo '## packages'; dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Abb
 echo '## holds'; dpkg --get-selections | awk '$2 == "hold" {{print $1}}' | sort
 echo '## unfinished'; dpkg --audit
 echo '## journal'; ls /var/lib/dpkg/updates
-echo '## files'; for f in {' '.join(MANAGED)}; do [ -f "$f" ] && sha256sum "$f"; done
+echo '## daemon.json'; python3 -c 'import json; print(json.dumps(json.load(open("/etc/docker/daemon.json")), sort_keys=True))'
+echo '## files'; for f in {' '.join(MANAGED[1:])}; do [ -f "$f" ] && sha256sum "$f"; done
 echo '## listings'; for d in {' '.join(WATCHED_DIRS)}; do [ -d "$d" ] && ls -A "$d" | sed "s|^|$d/|"; done
 echo '## dkms'; dkms status 2>&1 | sort
 echo '## docker default runtime'; docker info -f '{{{{.DefaultRuntime}}}}'
@@ -63,14 +66,11 @@ def daemon_json() -> dict:
     return json.loads(node_sh(HOST, "cat /etc/docker/daemon.json"))
 
 
-def start_host(*docker_run_args: str) -> None:
+def start_host() -> None:
+    """A GPU host as the gpu-host image has it, with a key of the site's own in daemon.json."""
     subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
-    args = ["lab/lab.sh", "node", "--gpu-host", HOST, "bookworm"]
-    if docker_run_args:
-        args += ["--", *docker_run_args]
-    cp = run(args, timeout=300)
+    cp = run(["lab/lab.sh", "node", "--gpu-host", HOST, "bookworm"], timeout=300)
     assert cp.returncode == 0, cp.stderr[-2000:]
-    # The site's own key, which every run must keep.
     node_sh(HOST, "python3 - <<'EOF'\nimport json\np='/etc/docker/daemon.json'\nd=json.load(open(p))\n"
                   f"d.update({SITE_KEY!r})\nopen(p,'w').write(json.dumps(d, indent=2))\nEOF\nsystemctl restart docker")
 
@@ -82,6 +82,7 @@ def inventory(tmp_path_factory):
         "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}}}}))
     yield path
     subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
+    subprocess.run(["docker", "rmi", CONVERGED_IMAGE], capture_output=True, check=False)
 
 
 def host_yml(inventory: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -132,6 +133,8 @@ def reference(inventory):
     assert "## unfinished\n## journal\n" in digest, digest
     assert "nvidia-open-kernel-dkms" in digest
     assert daemon_json()["log-level"] == "warn"
+    cp = subprocess.run(["docker", "commit", HOST, CONVERGED_IMAGE], capture_output=True, text=True, check=False)
+    assert cp.returncode == 0, cp.stderr
     return digest
 
 
@@ -176,6 +179,39 @@ def test_controller_killed_during_the_dkms_build(inventory, reference, tmp_path)
     proc.wait(timeout=60)
     assert node_sh(HOST, "pgrep -f 'dkms' >/dev/null && echo running", check=False).strip() == "running"
 
+    digest = converge(inventory)
+    assert digest == reference, diff(reference, digest)
+    assert daemon_json()["log-level"] == "warn"
+
+
+def test_no_space_left_when_daemon_json_is_written(inventory, reference):
+    """The converged host, its /etc/docker a full 64 KiB tmpfs, and daemon.json as a site wrote it without nvidia as
+    the default runtime: the run fails naming the file, which is left as it was, with no temporary file beside it
+    and no backup made; with space again the re-run converges."""
+    subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
+    cp = run(["lab/lab.sh", "node", "--gpu-host", HOST, "bookworm", CONVERGED_IMAGE, "--",
+              "--tmpfs", "/etc/docker:size=64k"], timeout=300)
+    # Docker cannot start from an empty /etc/docker on the container's overlayfs (the test writes daemon.json next).
+    assert cp.returncode == 0 or "docker" in cp.stderr, cp.stderr[-2000:]
+    site = {"storage-driver": "vfs", **SITE_KEY}
+    backups = "ls /var/backups/k8sgpu.nvidia/etc/docker 2>/dev/null || true"
+    # /var/lib/docker/runtimes of the committed image lies on a lower layer that dockerd cannot rename.
+    node_sh(HOST, f"printf '%s\\n' '{json.dumps(site, indent=2)}' >/etc/docker/daemon.json; "
+                  "rm -rf /var/lib/docker/runtimes; systemctl reset-failed; systemctl restart docker; "
+                  "dd if=/dev/zero of=/etc/docker/.k8sgpu-filler bs=4k 2>/dev/null || true; "
+                  "[ $(df --output=avail /etc/docker | tail -n 1) -eq 0 ]")
+    before, backups_before = node_sh(HOST, "cat /etc/docker/daemon.json"), node_sh(HOST, backups)
+
+    faulted = host_yml(inventory)
+    assert faulted.returncode != 0, faulted.stdout[-3000:]
+    assert f"fatal: [{HOST}]" in faulted.stdout, faulted.stdout[-3000:]
+    assert "Could not write /etc/docker/daemon.json: No space left on device." in faulted.stdout, faulted.stdout[-3000:]
+    assert node_sh(HOST, "cat /etc/docker/daemon.json") == before
+    assert node_sh(HOST, "ls -A /etc/docker").split() == [".k8sgpu-filler", "daemon.json", "key.json"]
+    assert node_sh(HOST, backups) == backups_before
+    assert node_sh(HOST, "docker info -f '{{.DefaultRuntime}}'").strip() == "runc"
+
+    node_sh(HOST, "rm /etc/docker/.k8sgpu-filler")
     digest = converge(inventory)
     assert digest == reference, diff(reference, digest)
     assert daemon_json()["log-level"] == "warn"
