@@ -11,7 +11,7 @@ description:
   - From the plan P(k8sgpu.nvidia.gpu_health_plan#filter) made before the window, the record the Node gets after it -
     V(waiting) (the fleet's limit let no more Nodes out), V(quarantined), V(out) (the recovery or the check after it
     failed) or V(returned) (healthy, back in service).
-  - Equal to the record on the Node but for its times, it is not rewritten (RV(_value.changed) false).
+  - Equal to the record on the Node but for its times, it is not rewritten (C(differs) false).
 positional: _input
 options:
   _input:
@@ -48,7 +48,7 @@ options:
 
 RETURN = r"""
 _value:
-  description: C(record) (dict), C(annotation) (its JSON text), C(changed) (bool), C(status), C(gpus).
+  description: C(record) (dict), C(annotation) (its JSON text), C(differs) (bool: the record differs from the one on the Node), C(status), C(gpus).
   type: dict
 """
 

@@ -237,4 +237,4 @@ def record_after(plan_result: dict, *, state: str, reason: str, now: str, health
         previous, status=status, state=state, policy=policy or current.get("policy") or (previous or {}).get("policy", ""),
         reason=reason, cordoned=bool(current.get("cordoned")) if cordoned is None else cordoned,
         gpus=[] if state == "returned" else gpus, now=now, recovered=recovered)
-    return {"record": record, "annotation": encode(record), "changed": changed, "status": status, "gpus": gpus}
+    return {"record": record, "annotation": encode(record), "differs": changed, "status": status, "gpus": gpus}

@@ -153,13 +153,13 @@ def test_the_serial_plays_record_is_kept_by_the_next_run(read):
     first = gp.plan(health, node(), policy="recover", now=NOW)
     assert first["annotation_changed"] and json.loads(first["annotation"])["state"] == "tainted"
     after = gp.record_after(first, state="quarantined", reason=first["quarantine_reason"], now=NOW, cordoned=True)
-    assert after["changed"] and after["record"]["cordoned"]
+    assert after["differs"] and after["record"]["cordoned"]
     on_node = node(annotations={gp.ANNOTATION_KEY: after["annotation"], gp.MAINTENANCE_ANNOTATION: "true"},
                    taints=[{"key": gp.TAINT_KEY, "value": "replace", "effect": "NoSchedule"}], unschedulable=True)
     second = gp.plan(health, on_node, policy="recover", now=LATER)
     assert not second["annotation_changed"] and second["cordoned_by_us"]
     again = gp.record_after(second, state="quarantined", reason=second["quarantine_reason"], now=LATER, cordoned=True)
-    assert not again["changed"]
+    assert not again["differs"]
 
 
 def test_waiting_and_out_records(read):

@@ -1,0 +1,309 @@
+"""playbooks/health.yml and the gpu_health role (issue 39 item 2) on the lab's two GPU hosts and their Nodes.
+
+The lab's GPU hosts have no GPU (the driver is installed, not loaded), so each host gets, under HDIR, stand-ins that the
+test's own extra vars point the role at (not inventories/lab): an nvidia-smi that prints one of the gpu_health fixture
+XMLs (tests/unit/fixtures/gpu_health/, the H100's healthy one when the file HDIR/fault is absent) and answers the
+compute-apps query from HDIR/processes; a proc root with the driver's version file and an uptime; an empty sysfs root
+(the fixture's GPU is the host's only one); an empty kernel log (kernel_log_path); a GPU reset command that records its
+arguments in HDIR/resets and removes HDIR/fault (the fault cleared); and a CUDA driver library (built here from C_SOURCE,
+loaded through gpu_health_verify_environment's LD_LIBRARY_PATH) whose kernel launch adds the vectors on the CPU, so the
+verify role's vectorAdd passes. No reboot (driver_reboot=report).
+
+The Nodes are put back as each test found them (taint, annotations, cordon), and the stand-ins' state cleared, even
+when a test fails.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from ansible_output import recap
+from conftest import GPU_NODES, LAB_STATE, ROOT, node_sh, run
+from test_upgrade import NodeWatch, flat
+
+HDIR = "/var/tmp/k8sgpu-gpu-health-test"
+TAINT = "nvidia.com/gpu-health"
+RECORD = "k8sgpu.nvidia/gpu-health"
+MAINTENANCE = ["k8sgpu.nvidia/cordoned-for-maintenance", "k8sgpu.nvidia/gpus-before-maintenance",
+               "k8sgpu.nvidia/host-gpus-before-maintenance"]
+NS = "k8sgpu-gpu-health-test"
+FIXTURES = ROOT / "tests" / "unit" / "fixtures"
+UUID = "GPU-3df950bc-14e1-c147-af67-d6bc91665500"
+GPU1, GPU2 = GPU_NODES
+
+NVIDIA_SMI = f"""#!/bin/sh
+case "$*" in
+  *--query-compute-apps*) cat {HDIR}/processes 2>/dev/null; exit 0 ;;
+  *-q*) f=$(cat {HDIR}/fault 2>/dev/null); cat "{HDIR}/xml/${{f:-healthy.xml}}"; exit 0 ;;
+esac
+echo "stand-in nvidia-smi: $*" >&2
+exit 2
+"""
+GPU_RESET = f"""#!/bin/sh
+echo "$*" >> {HDIR}/resets
+rm -f {HDIR}/fault
+"""
+# The CUDA driver API calls of module_utils/_cuda_driver.py; memory is the host's, the kernel c[i] = a[i] + b[i].
+C_SOURCE = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+typedef int CUresult;
+CUresult cuInit(unsigned f) { return 0; }
+CUresult cuDriverGetVersion(int *v) { *v = 12080; return 0; }
+CUresult cuDeviceGetCount(int *c) { *c = 1; return 0; }
+CUresult cuDeviceGet(int *d, int i) { *d = i; return 0; }
+CUresult cuDeviceGetName(char *n, int len, int d) { strncpy(n, "NVIDIA H100 80GB HBM3", len - 1); n[len - 1] = 0; return 0; }
+CUresult cuDeviceGetAttribute(int *v, int a, int d) { *v = a == 75 ? 9 : 0; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)(intptr_t)(d + 1); return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
+CUresult cuCtxSetCurrent(void *c) { return 0; }
+CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuModuleLoadDataEx(void **m, const void *i, unsigned n, int *o, void **v) { *m = (void *)1; return 0; }
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) { *f = (void *)1; return 0; }
+CUresult cuModuleUnload(void *m) { return 0; }
+CUresult cuMemAlloc_v2(uint64_t *p, size_t n) { void *x = malloc(n); if (!x) return 2; *p = (uint64_t)(uintptr_t)x; return 0; }
+CUresult cuMemFree_v2(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemsetD32_v2(uint64_t p, unsigned v, size_t n) { uint32_t *q = (uint32_t *)(uintptr_t)p; for (size_t i = 0; i < n; i++) q[i] = v; return 0; }
+CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned sh, void *st, void **p, void **e) {
+  float *a = (float *)(uintptr_t)*(uint64_t *)p[0], *b = (float *)(uintptr_t)*(uint64_t *)p[1];
+  float *c = (float *)(uintptr_t)*(uint64_t *)p[2];
+  int n = *(int32_t *)p[3];
+  for (int i = 0; i < n; i++) c[i] = a[i] + b[i];
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory, core):
+    """The stand-ins on both GPU hosts, the test namespace; removed at the end."""
+    work = tmp_path_factory.mktemp("gpu-health")
+    (work / "fake_cuda.c").write_text(C_SOURCE)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(work / "libcuda.so.1"), str(work / "fake_cuda.c")],
+                   check=True, capture_output=True)
+    (work / "nvidia-smi").write_text(NVIDIA_SMI)
+    (work / "gpu-reset").write_text(GPU_RESET)
+    for host in GPU_NODES:
+        node_sh(host, f"rm -rf {HDIR} && mkdir -p {HDIR}/xml {HDIR}/proc/driver/nvidia {HDIR}/sys {HDIR}/lib && "
+                      f"printf 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\\n' "
+                      f"> {HDIR}/proc/driver/nvidia/version && echo '100000.00 200000.00' > {HDIR}/proc/uptime && "
+                      f": > {HDIR}/kernel.log")
+        for src, dest in ((FIXTURES / "h100" / "nvidia-smi-q.xml", "xml/healthy.xml"),
+                          *((p, f"xml/{p.name}") for p in (FIXTURES / "gpu_health").glob("*.xml")),
+                          (work / "libcuda.so.1", "lib/libcuda.so.1"), (work / "nvidia-smi", "nvidia-smi"),
+                          (work / "gpu-reset", "gpu-reset")):
+            subprocess.run(["docker", "cp", str(src), f"{host}:{HDIR}/{dest}"], check=True, capture_output=True)
+        node_sh(host, f"chmod 755 {HDIR}/nvidia-smi {HDIR}/gpu-reset")
+    extra = {
+        "gpu_health_nvidia_smi": f"{HDIR}/nvidia-smi", "gpu_health_proc_root": f"{HDIR}/proc",
+        "gpu_health_sysfs_root": f"{HDIR}/sys", "gpu_health_kernel_log_path": f"{HDIR}/kernel.log",
+        "gpu_health_reset_command": [f"{HDIR}/gpu-reset"],
+        "gpu_health_verify_environment": {"LD_LIBRARY_PATH": f"{HDIR}/lib"},
+        "driver_reboot": "report", "node_maintenance_drain_timeout": 60, "node_maintenance_drain_retry_delay": 1,
+    }
+    (work / "vars.json").write_text(json.dumps(extra))
+    try:
+        core.create_namespace({"metadata": {"name": NS}})
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    try:
+        yield work / "vars.json"
+    finally:
+        try:
+            core.delete_namespace(NS, grace_period_seconds=0)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        for host in GPU_NODES:
+            node_sh(host, f"rm -rf {HDIR}", check=False)
+
+
+def snapshot(core, name: str) -> tuple[bool, list, dict]:
+    node = core.read_node(name)
+    return bool(node.spec.unschedulable), [t.to_dict() for t in node.spec.taints or []], dict(node.metadata.annotations or {})
+
+
+@pytest.fixture
+def lab(hosts, core):
+    """Each test starts with no fault and leaves both Nodes as it found them (taint, annotations, cordon)."""
+    before = {n: snapshot(core, n) for n in GPU_NODES}
+    for host in GPU_NODES:
+        node_sh(host, f"rm -f {HDIR}/fault {HDIR}/resets {HDIR}/processes")
+    try:
+        yield hosts
+    finally:
+        for name, (unschedulable, _taints, annotations) in before.items():
+            node = core.read_node(name)
+            taints = [t.to_dict() for t in node.spec.taints or [] if t.key != TAINT]
+            ours = {k: None for k in [RECORD, *MAINTENANCE] if k not in annotations}
+            core.patch_node(name, {"spec": {"unschedulable": unschedulable or None,
+                                            "taints": [{k: v for k, v in t.items() if v is not None} for t in taints]},
+                                   "metadata": {"annotations": ours}})
+        for host in GPU_NODES:
+            node_sh(host, f"rm -f {HDIR}/fault {HDIR}/resets {HDIR}/processes", check=False)
+
+
+def fault(host: str, fixture: str) -> None:
+    node_sh(host, f"echo {fixture} > {HDIR}/fault")
+
+
+def health(vars_file: Path, *extra: str, check: bool = False) -> subprocess.CompletedProcess:
+    return run(["ansible-playbook", "-i", "inventories/lab", "playbooks/health.yml", "-e", f"@{vars_file}", *extra,
+                *(["--check", "--diff"] if check else [])], env_extra={"K8SGPU_LAB_STATE": str(LAB_STATE)})
+
+
+def state(core, name: str) -> tuple[bool, dict, dict | None]:
+    """(cordoned, {taint key: value:effect}, the role's record)."""
+    node = core.read_node(name)
+    taints = {t.key: f"{t.value}:{t.effect}" for t in node.spec.taints or []}
+    text = (node.metadata.annotations or {}).get(RECORD)
+    return bool(node.spec.unschedulable), taints, json.loads(text) if text else None
+
+
+def resets(host: str) -> str:
+    return node_sh(host, f"cat {HDIR}/resets 2>/dev/null || true")
+
+
+def test_report_taints_and_records_nothing_cordoned_second_run_no_change(lab, core):
+    fault(GPU1, "recovery-gpu-reset.xml")
+    res = health(lab, check=True)
+    assert res.returncode == 0, res.stdout[-4000:]
+    cordoned, taints, record = state(core, GPU1)
+    assert not cordoned and TAINT not in taints and record is None, "check mode changes nothing"
+    assert f"+        - {TAINT}=needs_reset:NoSchedule" in res.stdout, res.stdout[-3000:]  # --diff: the taint
+    assert f"+            {RECORD}: " in res.stdout, res.stdout[-3000:]  # and the annotation
+
+    res = health(lab)
+    assert res.returncode == 0, res.stdout[-4000:]
+    cordoned, taints, record = state(core, GPU1)
+    assert not cordoned and taints.get(TAINT) == "needs_reset:NoSchedule", taints
+    assert record["state"] == "tainted" and record["policy"] == "report" and record["time"].endswith("Z")
+    gpu = record["gpus"][0]
+    assert (gpu["index"], gpu["uuid"], gpu["pci_bus_id"], gpu["status"]) == (0, UUID, "00000000:00:06.0", "needs_reset")
+    assert gpu["findings"][0]["check"] == "recovery_action", gpu
+    assert TAINT not in state(core, GPU2)[1] and state(core, GPU2)[2] is None
+    assert resets(GPU1) == ""
+
+    res = health(lab)
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert all(stats["changed"] == 0 for stats in recap(res.stdout).values()), recap(res.stdout)
+    assert state(core, GPU1)[2] == record
+
+    # Healthy again: the taint removed, the record says returned.
+    node_sh(GPU1, f"rm -f {HDIR}/fault")
+    res = health(lab)
+    assert res.returncode == 0, res.stdout[-4000:]
+    cordoned, taints, record = state(core, GPU1)
+    assert not cordoned and TAINT not in taints and record["state"] == "returned" and record["status"] == "healthy"
+
+    # state absent: the role's annotation gone too.
+    res = health(lab, "-e", "gpu_health_state=absent")
+    assert res.returncode == 0, res.stdout[-4000:]
+    cordoned, taints, record = state(core, GPU1)
+    assert not cordoned and TAINT not in taints and record is None, record
+
+
+def workload(core, node: str) -> str:
+    """A Deployment's pod on the Node (no toleration); its name."""
+    apps = client.AppsV1Api(core.api_client)
+    labels = {"app": "gpu-work"}
+    apps.create_namespaced_deployment(NS, {"metadata": {"name": "gpu-work"}, "spec": {
+        "replicas": 1, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.invalid/app:1"}]}}}})
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        pods = [p for p in core.list_namespaced_pod(NS).items if p.status.phase == "Running"]
+        if pods:
+            return pods[0].metadata.name
+        time.sleep(0.5)
+    pytest.fail("the workload's pod is not Running")
+
+
+def test_recover_needs_reset_drains_resets_checks_and_returns(lab, core):
+    fault(GPU1, "recovery-gpu-reset.xml")
+    pod = workload(core, GPU1)
+    watch = NodeWatch(core, GPU_NODES)
+    try:
+        res = health(lab, "-e", "gpu_health_policy=recover")
+    finally:
+        watch.stop()
+        client.AppsV1Api(core.api_client).delete_namespaced_deployment("gpu-work", NS)
+    assert res.returncode == 0, res.stdout[-5000:]
+    out = flat(res.stdout)
+    assert watch.ever == {GPU1}, watch.ever
+    assert resets(GPU1).split() == ["-i", "0"], resets(GPU1)
+    assert pod not in [p.metadata.name for p in core.list_namespaced_pod(NS).items if not p.metadata.deletion_timestamp]
+    assert "vectorAdd passed on 1 GPU(s)" in out, out[-3000:]
+    cordoned, taints, record = state(core, GPU1)
+    assert not cordoned and TAINT not in taints, (cordoned, taints)
+    assert record["state"] == "returned" and record["reason"].startswith("recovered by reset"), record
+    assert record["recovered"].endswith("Z")
+    assert not {*MAINTENANCE} & set(core.read_node(GPU1).metadata.annotations or {})
+
+
+def test_a_node_cordoned_by_a_person_stays_cordoned_and_a_busy_gpu_is_not_reset(lab, core):
+    """GPU 1's Node cordoned by hand: recovered, taint removed, still cordoned. GPU 2's GPU used by a process: not
+    reset, its Node stays cordoned and tainted, the record naming the process. (The limit 2: GPU 1 counts as out.)"""
+    core.patch_node(GPU1, {"spec": {"unschedulable": True}})
+    fault(GPU1, "recovery-gpu-reset.xml")
+    fault(GPU2, "reset-status-drain-and-reset.xml")
+    node_sh(GPU2, f"echo '4242, python3' > {HDIR}/processes")
+    res = health(lab, "-e", "gpu_health_policy=recover", "-e", "k8sgpu_max_unavailable=2")
+    assert res.returncode == 0, res.stdout[-5000:]
+    assert resets(GPU1).split() == ["-i", "0"]
+    cordoned, taints, record = state(core, GPU1)
+    assert cordoned and TAINT not in taints, (cordoned, taints)
+    assert record["state"] == "returned" and "cordoned by someone else and stays cordoned" in record["reason"], record
+    assert "was cordoned before this run" in flat(res.stdout)
+    assert resets(GPU2) == ""
+    cordoned, taints, record = state(core, GPU2)
+    assert cordoned and taints.get(TAINT) == "needs_reset:NoSchedule", (cordoned, taints)
+    assert record["state"] == "out" and record["cordoned"], record
+    assert "GPU(s) 0 used by processes (4242, python3): not reset" in record["reason"], record["reason"]
+
+
+def test_two_unhealthy_hosts_one_out_at_a_time(lab, core):
+    fault(GPU1, "recovery-gpu-reset.xml")
+    fault(GPU2, "reset-status-drain-and-reset.xml")
+    watch = NodeWatch(core, GPU_NODES)
+    try:
+        res = health(lab, "-e", "gpu_health_policy=recover", "-e", "k8sgpu_max_unavailable=1")
+    finally:
+        watch.stop()
+    assert res.returncode == 0, res.stdout[-5000:]
+    assert watch.most == 1 and watch.ever == {GPU1, GPU2}, (watch.most, watch.ever)
+    for host in GPU_NODES:
+        assert resets(host).split() == ["-i", "0"], (host, resets(host))
+        cordoned, taints, record = state(core, host)
+        assert not cordoned and TAINT not in taints and record["state"] == "returned", (host, cordoned, taints, record)
+
+
+def test_replace_stays_out_and_the_next_host_waits_for_the_limit(lab, core):
+    fault(GPU1, "remapped-rows-failure.xml")
+    fault(GPU2, "recovery-gpu-reset.xml")
+    res = health(lab, "-e", "gpu_health_policy=recover", "-e", "k8sgpu_max_unavailable=1")
+    assert res.returncode == 0, res.stdout[-5000:]
+    cordoned, taints, record = state(core, GPU1)
+    assert cordoned and taints.get(TAINT) == "replace:NoSchedule", (cordoned, taints)
+    assert record["state"] == "quarantined" and record["status"] == "replace" and record["cordoned"]
+    assert "the GPU must be replaced: no recovery is tried" in record["reason"], record["reason"]
+    assert resets(GPU1) == ""
+    cordoned, taints, record = state(core, GPU2)
+    assert not cordoned and taints.get(TAINT) == "needs_reset:NoSchedule", (cordoned, taints)
+    assert record["state"] == "waiting" and "k8sgpu_max_unavailable" in record["reason"], record
+    assert resets(GPU2) == ""
+    # Again: nothing changes (GPU 1 stays out, GPU 2 still waits).
+    res = health(lab, "-e", "gpu_health_policy=recover", "-e", "k8sgpu_max_unavailable=1")
+    assert res.returncode == 0, res.stdout[-5000:]
+    assert all(stats["changed"] == 0 for stats in recap(res.stdout).values()), recap(res.stdout)
