@@ -48,7 +48,7 @@ options:
 
 RETURN = r"""
 _value:
-  description: C(record) (dict), C(annotation) (its JSON text), C(differs) (bool: the record differs from the one on the Node), C(status), C(gpus).
+  description: C(record) (dict), C(annotation) (its JSON text), C(differs) (bool, the record differs from the one on the Node), C(status), C(gpus).
   type: dict
 """
 

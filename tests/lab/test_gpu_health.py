@@ -6,7 +6,7 @@ XMLs (tests/unit/fixtures/gpu_health/, the H100's healthy one when the file HDIR
 compute-apps query from HDIR/processes; a proc root with the driver's version file and an uptime; an empty sysfs root
 (the fixture's GPU is the host's only one); an empty kernel log (kernel_log_path); a GPU reset command that records its
 arguments in HDIR/resets and removes HDIR/fault (the fault cleared); and a CUDA driver library (built here from C_SOURCE,
-loaded through gpu_health_verify_environment's LD_LIBRARY_PATH) whose kernel launch adds the vectors on the CPU, so the
+loaded through gpu_health_cuda_library_dir) whose kernel launch adds the vectors on the CPU, so the
 verify role's vectorAdd passes. No reboot (driver_reboot=report).
 
 The Nodes are put back as each test found them (taint, annotations, cordon), and the stand-ins' state cleared, even
@@ -105,9 +105,9 @@ def hosts(tmp_path_factory, core):
         node_sh(host, f"chmod 755 {HDIR}/nvidia-smi {HDIR}/gpu-reset")
     extra = {
         "gpu_health_nvidia_smi": f"{HDIR}/nvidia-smi", "gpu_health_proc_root": f"{HDIR}/proc",
-        "gpu_health_sysfs_root": f"{HDIR}/sys", "gpu_health_kernel_log_path": f"{HDIR}/kernel.log",
+        "gpu_health_sysfs_root": f"{HDIR}/sys", "gpu_health_kernel_log_file": f"{HDIR}/kernel.log",
         "gpu_health_reset_command": [f"{HDIR}/gpu-reset"],
-        "gpu_health_verify_environment": {"LD_LIBRARY_PATH": f"{HDIR}/lib"},
+        "gpu_health_cuda_library_dir": f"{HDIR}/lib",
         "driver_reboot": "report", "node_maintenance_drain_timeout": 60, "node_maintenance_drain_retry_delay": 1,
     }
     (work / "vars.json").write_text(json.dumps(extra))
