@@ -12,17 +12,22 @@ which leaves the command it started on the host running (as Docker's exec, and S
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from ansible_output import recap
-from conftest import LAB_NAME, ROOT, node_sh, run
+from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
 
 HOST = f"{LAB_NAME}-fault-1"
 PLAYBOOK = "playbooks/host.yml"
@@ -116,10 +121,19 @@ def changed(cp: subprocess.CompletedProcess) -> int:
     return recap(cp.stdout).get(HOST, {}).get("changed", -1)
 
 
-def converge(inventory: Path) -> str:
+# The re-runs' wall times, one JSON line per case, for docs/reliability.md (a record, not a check).
+FIGURES = LAB_STATE / "fault-figures.jsonl"
+
+
+def converge(inventory: Path, case: str = "") -> str:
     """A plain re-run, then another that must change nothing; the host's digest."""
+    started = time.monotonic()
     cp = host_yml(inventory)
+    took = time.monotonic() - started
     assert cp.returncode == 0, cp.stdout[-4000:]
+    with FIGURES.open("a") as out:
+        out.write(json.dumps({"case": case or os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                              "rerun_s": round(took, 1), "changed": changed(cp)}) + "\n")
     again = host_yml(inventory)
     assert again.returncode == 0 and changed(again) == 0, again.stdout[-4000:]
     return state_digest()
@@ -215,3 +229,63 @@ def test_no_space_left_when_daemon_json_is_written(inventory, reference):
     digest = converge(inventory)
     assert digest == reference, diff(reference, digest)
     assert daemon_json()["log-level"] == "warn"
+
+
+class _CutDebs(BaseHTTPRequestHandler):
+    """An apt proxy in front of the lab's: everything relayed, but each .deb cut off in the middle of its body (the
+    headers announce the whole length, half of it comes, then the connection closes)."""
+    protocol_version = "HTTP/1.0"
+    upstream: tuple[str, int] = ("127.0.0.1", 3142)
+    cut: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+        conn = http.client.HTTPConnection(*self.upstream, timeout=60)
+        conn.request("GET", self.path, headers={k: v for k, v in self.headers.items() if k.lower() != "connection"})
+        resp = conn.getresponse()
+        body = resp.read()
+        self.send_response(resp.status, resp.reason)
+        for key, value in resp.getheaders():
+            if key.lower() not in ("connection", "transfer-encoding", "content-length"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if urlsplit(self.path).path.endswith(".deb") and len(body) > 1:
+            self.cut.append(self.path)
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
+def test_apt_proxy_failing_in_the_middle_of_a_download(inventory, reference):
+    """The converged host without nvidia-persistenced (removed by hand, apt's cache emptied): the run that installs
+    it again goes through a proxy that cuts the .deb in the middle; it fails naming the host, the step and the
+    package apt could not fetch, and leaves dpkg as it was. With the lab's proxy the re-run converges."""
+    subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
+    cp = run(["lab/lab.sh", "node", "--gpu-host", HOST, "bookworm", CONVERGED_IMAGE], timeout=300)
+    assert cp.returncode == 0 or "docker" in cp.stderr, cp.stderr[-2000:]
+    node_sh(HOST, "rm -rf /var/lib/docker/runtimes; systemctl reset-failed; systemctl restart docker; "
+                  "apt-get purge -y -q --allow-change-held-packages nvidia-persistenced >/dev/null; apt-get clean")
+    lab_proxy = urlsplit((LAB_STATE / "apt-proxy-url").read_text().strip())
+    handler = type("CutDebs", (_CutDebs,), {"upstream": (lab_proxy.hostname, lab_proxy.port), "cut": []})
+    server = ThreadingHTTPServer((lab_proxy.hostname, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        faulted = host_yml(inventory, "-e", f"k8sgpu_apt_proxy=http://{lab_proxy.hostname}:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert handler.cut, "apt fetched no .deb through the failing proxy"
+    out = faulted.stdout
+    assert faulted.returncode != 0, out[-3000:]
+    assert f"fatal: [{HOST}]" in out and f"{HOST}: installing nvidia-driver" in out, out[-3000:]
+    assert "nvidia-persistenced" in out and "Failed to fetch" in out, out[-3000:]
+    assert node_sh(HOST, "dpkg --audit; ls /var/lib/dpkg/updates") == ""
+
+    digest = converge(inventory)
+    assert digest == reference, diff(reference, digest)
