@@ -10,7 +10,7 @@ loaded through gpu_health_cuda_library_dir) whose kernel launch adds the vectors
 verify role's vectorAdd passes. No reboot (driver_reboot=report).
 
 The Nodes are put back as each test found them (taint, annotations, cordon), and the stand-ins' state cleared, even
-when a test fails. The file takes about 4 minutes (4 passed in 3 min 51 s on 2026-11-29, another lab test beside).
+when a test fails. The file takes 4 to 5 minutes (4 tests passed in 3 min 51 s on 2026-11-29, another lab test beside; the fifth, the refused reset, 46 s).
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ exit 2
 """
 GPU_RESET = f"""#!/bin/sh
 echo "$*" >> {HDIR}/resets
+if [ -e {HDIR}/reset-fails ]; then echo "Unable to reset this GPU because it's being used by some other process" >&2; exit 255; fi
 rm -f {HDIR}/fault
 """
 # The CUDA driver API calls of module_utils/_cuda_driver.py; memory is the host's, the kernel c[i] = a[i] + b[i].
@@ -138,7 +139,7 @@ def lab(hosts, core):
     """Each test starts with no fault and leaves both Nodes as it found them (taint, annotations, cordon)."""
     before = {n: snapshot(core, n) for n in GPU_NODES}
     for host in GPU_NODES:
-        node_sh(host, f"rm -f {HDIR}/fault {HDIR}/resets {HDIR}/processes")
+        node_sh(host, f"rm -f {HDIR}/fault {HDIR}/resets {HDIR}/processes {HDIR}/reset-fails")
     try:
         yield hosts
     finally:
@@ -150,7 +151,7 @@ def lab(hosts, core):
                                             "taints": [{k: v for k, v in t.items() if v is not None} for t in taints]},
                                    "metadata": {"annotations": ours}})
         for host in GPU_NODES:
-            node_sh(host, f"rm -f {HDIR}/fault {HDIR}/resets {HDIR}/processes", check=False)
+            node_sh(host, f"rm -f {HDIR}/fault {HDIR}/resets {HDIR}/processes {HDIR}/reset-fails", check=False)
 
 
 def fault(host: str, fixture: str) -> None:
@@ -295,3 +296,16 @@ def test_replace_stays_out_and_the_next_host_waits_for_the_limit(lab, core):
     res = health(lab, "-e", "gpu_health_policy=recover", "-e", "k8sgpu_max_unavailable=1")
     assert res.returncode == 0, res.stdout[-5000:]
     assert all(stats["changed"] == 0 for stats in recap(res.stdout).values()), recap(res.stdout)
+
+
+def test_a_reset_the_driver_refuses_keeps_the_node_out_with_its_message(lab, core):
+    fault(GPU1, "remapped-rows-pending.xml")
+    node_sh(GPU1, f"touch {HDIR}/reset-fails")
+    res = health(lab, "-e", "gpu_health_policy=recover", "--limit", GPU1)
+    assert res.returncode == 0, res.stdout[-5000:]
+    assert resets(GPU1).split() == ["-i", "0"]
+    cordoned, taints, record = state(core, GPU1)
+    assert cordoned and taints.get(TAINT) == "needs_reset:NoSchedule", (cordoned, taints)
+    assert record["state"] == "out" and record["cordoned"] and record["recovered"], record
+    assert "the reset of GPU(s) 0 failed (Unable to reset this GPU because it's being used by some other process)" \
+        in record["reason"], record["reason"]
