@@ -27,8 +27,9 @@ description:
     one, DNS-1035 label for a Service), namespace, label key or value, annotation key, taint key or value, a host path
     (absolute, normalised, no C(..), no newline), an apt proxy URL (scheme, host and port, nothing else), an image
     digest (C(sha256:) and 64 hexadecimal digits) or an IAM role ARN, in the words and regular expressions of
-    Kubernetes' own validation, so that no value can add structure to the YAML a role renders. Which check an option gets follows from its name (C(_namespace), C(_name), C(_labels), C(_dir) ...)
-    and, for the exceptions, a table; a unit test keeps every role's options covered.
+    Kubernetes' own validation, so that no value can add structure to the YAML a role renders. Which check an option
+    gets follows from its name (C(_namespace), C(_name), C(_labels), C(_dir) ...) and, for the exceptions, a table;
+    a unit test keeps every role's options covered.
   - Each refusal names the role, the variable (with its path inside a list or mapping), the value given and what is
     accepted. All refusals of the role are reported together.
   - Warns about each variable with the role's prefix that no entry point of the role knows (a misspelt name has no
