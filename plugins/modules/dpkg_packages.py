@@ -267,18 +267,25 @@ def read_unfinished(module: AnsibleModule, dpkg_query: str) -> tuple[dict, bool]
 
 def run_dpkg(module: AnsibleModule, args: list[str], what: str, timeout: int) -> None:
     """dpkg with its lock waited for (up to ``timeout`` seconds), failing with dpkg's last words and the fix."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while True:
         rc, out, err = module.run_command(args, environ_update=_ENV)
         if rc == 0:
             return
         text = (err.strip() or out.strip())
-        if "lock" in text.lower() and "another process" in text.lower() and time.monotonic() < deadline:
+        locked = "lock" in text.lower() and "another process" in text.lower()
+        if locked and time.monotonic() - started < timeout:
             time.sleep(2)
             continue
         tail = " | ".join(text.splitlines()[-8:])
-        module.fail_json(msg=f"{what} failed (rc {rc}): {tail} - run `{' '.join(args[:1] + [a for a in args[1:] if not a.startswith('--force-conf')])}` "
-                             "on the host to see the whole output, and fix what it names before running again", rc=rc)
+        if locked:
+            module.fail_json(msg=f"{what} failed: dpkg's lock is still held by another process after {timeout} s "
+                                 f"(lock_timeout): {tail} - another apt or dpkg is running (for example the install of "
+                                 "a run that was stopped); wait for it to end, or raise the lock timeout, and run again",
+                             rc=rc)
+        shown = " ".join(args[:1] + [a for a in args[1:] if not a.startswith("--force-conf")])
+        module.fail_json(msg=f"{what} failed (rc {rc}): {tail} - run `{shown}` on the host to see the whole output, "
+                             "and fix what it names before running again", rc=rc)
 
 
 def exit_with(module: AnsibleModule, result: dict) -> None:

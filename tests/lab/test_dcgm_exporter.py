@@ -307,7 +307,9 @@ def test_wait_names_each_gpu_node_without_an_exporter_and_why(core, namespace, g
 
 
 @pytest.mark.parametrize("extra, message", [
-    ({"dcgm_exporter_image_digest": "sha256:xyz"}, "image_digest='sha256:xyz' (empty or sha256:<64 hex>)"),
+    # a form: k8sgpu.nvidia.role_inputs, the role's first task (issue 35: each check in one place)
+    ({"dcgm_exporter_image_digest": "sha256:xyz"},
+     "dcgm_exporter_image_digest is 'sha256:xyz'; an image digest: give sha256:<64 hex>"),
     ({"dcgm_exporter_extra_counters": [{"field": "DCGM_FI_DEV_FAN_SPEED", "type": "gauges", "help": "Fan"}]},
      # Refused by the role's argument spec (suboption choices, 1.1.0), before any host or object is read.
      "value of type must be one of: gauge, counter, histogram, summary, label, got: gauges found in "

@@ -17,7 +17,8 @@ import pytest
 
 from ansible_output import recap
 from conftest import LAB_STATE, ROOT
-from test_maintenance_safety import (  # noqa: F401  # pylint: disable=unused-import  (fixtures)
+# Fixtures (apis, lab, nodes) and helpers of test_maintenance_safety.py.
+from test_maintenance_safety import (  # noqa: F401  # pylint: disable=unused-import
     ANNOTATION,
     GPUS_ANNOTATION,
     HOST_GPUS_ANNOTATION,

@@ -198,10 +198,12 @@ class TestEc2NodeClass:
         assert get_obj(aws_crds, "karpenter.sh", "nodepools", aws_pool["karpenter_gpu_nodepool_name"]) is None
 
     def test_preflight_names_the_settings_before_any_write(self, aws_crds, aws_pool):
-        res = role({**aws_pool, "karpenter_gpu_instance_profile": "gpu-nodes", "karpenter_gpu_ami_alias": "al2023"})
+        # the AMI alias's form: the role's first task (k8sgpu.nvidia.role_inputs); the relation: its preflight
+        res = role({**aws_pool, "karpenter_gpu_ami_alias": "al2023"})
+        assert res.returncode != 0 and "karpenter_gpu_ami_alias is 'al2023'; give an AMI alias family@version" in res.stdout
+        res = role({**aws_pool, "karpenter_gpu_instance_profile": "gpu-nodes"})
         assert res.returncode != 0
         assert "exactly one of node_role='KarpenterNodeRole-train' and instance_profile='gpu-nodes'" in res.stdout
-        assert "ami_alias='al2023'" in res.stdout
         res = role({**aws_pool, "karpenter_gpu_cluster_name": ""})
         assert res.returncode != 0 and "empty now: karpenter.sh/discovery, karpenter.sh/discovery" in res.stdout
         assert get_obj(aws_crds, "karpenter.sh", "nodepools", aws_pool["karpenter_gpu_nodepool_name"]) is None
@@ -344,12 +346,16 @@ class TestKarpenterRole:
         assert not any(karpenter_objects(api, name, ns).values()), karpenter_objects(api, name, ns)
 
     def test_settings_are_checked_before_any_write(self, core):
+        # the digest's form: the role's first task (k8sgpu.nvidia.role_inputs); the relation and the controller's
+        # files: its preflight
+        res = karpenter_role({"karpenter_image_digest": "latest", "karpenter_name": "k8sgpu-karpenter-bad"})
+        assert res.returncode != 0
+        assert "karpenter_image_digest is 'latest'; an image digest" in " ".join(res.stdout.split())
         res = karpenter_role({"karpenter_cluster_name": "", "karpenter_crds_path": "/nonexistent/crds",
-                              "karpenter_image_digest": "latest", "karpenter_name": "k8sgpu-karpenter-bad"})
+                              "karpenter_name": "k8sgpu-karpenter-bad"})
         assert res.returncode != 0
         out = " ".join(res.stdout.split())
         assert "karpenter_cluster_name='' (required" in out and "it does not exist" in out, res.stdout[-3000:]
-        assert "karpenter_image_digest='latest' (empty or sha256:<64 hex>)" in out
         assert not any(karpenter_objects(core.api_client, "k8sgpu-karpenter-bad", "kube-system").values())
 
 
