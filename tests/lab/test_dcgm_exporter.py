@@ -225,7 +225,7 @@ def test_exporter_on_gpu_nodes_only_check_mode_idempotent_scrape_file(core, name
     for probe in (ctr.liveness_probe, ctr.readiness_probe):
         assert probe.http_get.path == "/health" and probe.initial_delay_seconds == 45 and probe.timeout_seconds == 5
     assert ctr.liveness_probe.failure_threshold == 6
-    assert {(t.key, t.operator) for t in spec.tolerations} == {("nvidia.com/gpu", "Exists")}
+    assert {(t.key, t.operator) for t in spec.tolerations} == {("nvidia.com/gpu", "Exists"), ("nvidia.com/gpu-health", "Exists")}
     term = spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms[0]
     assert (term.match_expressions[0].key, term.match_expressions[0].values) == (GPU_LABEL, ["true"])
 

@@ -213,7 +213,7 @@ def test_device_plugin_rolls_out_on_gpu_nodes_only(core, plugin, clean_gpu_label
     ctr = spec.containers[0]
     assert ctr.image == "nvcr.io/nvidia/k8s-device-plugin:v0.19.3"
     assert ctr.security_context.capabilities.drop == ["ALL"] and ctr.security_context.allow_privilege_escalation is False
-    assert {t.key for t in spec.tolerations} == {"nvidia.com/gpu", "CriticalAddonsOnly"}
+    assert {t.key for t in spec.tolerations} == {"nvidia.com/gpu", "nvidia.com/gpu-health", "CriticalAddonsOnly"}
     term = spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms[0]
     assert (term.match_expressions[0].key, term.match_expressions[0].values) == ("nvidia.com/gpu.present", ["true"])
 
