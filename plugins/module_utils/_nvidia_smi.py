@@ -164,12 +164,7 @@ def parse_smi_xml(text: str) -> dict:
     Each GPU gets index (its position, which is NVML's index order), minor_number, uuid, name, pci_bus_id,
     memory_total_mib, mig_mode, persistence_mode, and compute_capability None (the XML has none).
     """
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as exc:
-        raise ValueError(f"not valid XML ({exc})") from None
-    if root.tag != "nvidia_smi_log":
-        raise ValueError(f"the root element is <{root.tag}>, not <nvidia_smi_log>")
+    root = smi_xml_root(text)
     gpus = []
     for position, gpu in enumerate(root.findall("gpu")):
         gpus.append({
