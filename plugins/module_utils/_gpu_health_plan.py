@@ -215,6 +215,12 @@ def plan(health: dict, node: Any, *, policy: str = "report", taint_from: str = "
         result.update(action="return_verify", window=True, taint=None,
                       reason="healthy again; an earlier run cordoned the Node: vectorAdd on each GPU, then uncordon")
         return result
+    if previous is not None and previous.get("state") == "returned" and previous.get("status") == "healthy" \
+            and not tainted:
+        # Returned by an earlier run (this record, from its serial play or from here): kept as it is, so a later run
+        # on the healthy host changes nothing.
+        result.update(action="none", reason=previous.get("reason") or "healthy", record=previous)
+        return result
     reason = "healthy again: taint removed" + (
         "; the Node was cordoned by someone else and stays cordoned" if unschedulable and not ours_cordon else "")
     record, changed = make_record(previous, status="healthy", state="returned", policy=policy, reason=reason,

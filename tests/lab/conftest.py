@@ -81,6 +81,7 @@ LATE_BUILDS: dict[str, list[str]] = {
     "test_container_runtime_config.py": ["lab/build-binaries.sh", "crio-config"],
     "test_dcgm_exporter.py": ["lab/build-binaries.sh", "prometheus"],
     "test_gpu_alerts.py": ["lab/build-binaries.sh", "prometheus"],
+    "test_gpu_health_eda.py": ["lab/build-binaries.sh", "alertmanager", "prometheus"],
     "test_monitoring_chain.py": ["lab/build-binaries.sh", "prometheus", "adapter"],
     "test_karpenter.py": ["lab/build-binaries.sh", "karpenter"],
     "test_k8s_node_rehearsal.py": ["lab/pack-k8s-node.sh", "all"],

@@ -1,13 +1,10 @@
 """playbooks/health.yml and the gpu_health role (issue 39 item 2) on the lab's two GPU hosts and their Nodes.
 
 The lab's GPU hosts have no GPU (the driver is installed, not loaded), so each host gets, under HDIR, stand-ins that the
-test's own extra vars point the role at (not inventories/lab): an nvidia-smi that prints one of the gpu_health fixture
-XMLs (tests/unit/fixtures/gpu_health/, the H100's healthy one when the file HDIR/fault is absent) and answers the
-compute-apps query from HDIR/processes; a proc root with the driver's version file and an uptime; an empty sysfs root
-(the fixture's GPU is the host's only one); an empty kernel log (kernel_log_path); a GPU reset command that records its
-arguments in HDIR/resets and removes HDIR/fault (the fault cleared); and a CUDA driver library (built here from C_SOURCE,
-loaded through gpu_health_cuda_library_dir) whose kernel launch adds the vectors on the CPU, so the
-verify role's vectorAdd passes. No reboot (driver_reboot=report).
+test's own extra vars point the role at (not inventories/lab; k8sgpu_testlib/gpu_health_lab.py says what each is): an
+nvidia-smi printing a gpu_health fixture XML (the H100's healthy one unless HDIR/fault names another), a GPU reset
+command that clears the fault, and a CUDA driver library whose kernel adds the vectors on the CPU, so the verify role's
+vectorAdd passes. No reboot (driver_reboot=report).
 
 The Nodes are put back as each test found them (taint, annotations, cordon), and the stand-ins' state cleared, even
 when a test fails. The file: 5 passed in 5 min 48 s wall, 2 min 56 s CPU user (2026-11-29, test_faults_host beside on the same 2 CPUs).
@@ -23,110 +20,41 @@ import pytest
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import GPU_NODES, LAB_STATE, ROOT, node_sh, run
+from conftest import GPU_NODES, LAB_STATE, node_sh, run
+from k8sgpu_testlib.gpu_health_lab import HDIR, install_standins, remove_standins
 from test_upgrade import NodeWatch, flat
 
-HDIR = "/var/tmp/k8sgpu-gpu-health-test"
 TAINT = "nvidia.com/gpu-health"
 RECORD = "k8sgpu.nvidia/gpu-health"
 MAINTENANCE = ["k8sgpu.nvidia/cordoned-for-maintenance", "k8sgpu.nvidia/gpus-before-maintenance",
                "k8sgpu.nvidia/host-gpus-before-maintenance"]
 NS = "k8sgpu-gpu-health-test"
-FIXTURES = ROOT / "tests" / "unit" / "fixtures"
 UUID = "GPU-3df950bc-14e1-c147-af67-d6bc91665500"
 GPU1, GPU2 = GPU_NODES
-
-NVIDIA_SMI = f"""#!/bin/sh
-case "$*" in
-  *--query-compute-apps*) cat {HDIR}/processes 2>/dev/null; exit 0 ;;
-  *-q*) f=$(cat {HDIR}/fault 2>/dev/null); cat "{HDIR}/xml/${{f:-healthy.xml}}"; exit 0 ;;
-esac
-echo "stand-in nvidia-smi: $*" >&2
-exit 2
-"""
-GPU_RESET = f"""#!/bin/sh
-echo "$*" >> {HDIR}/resets
-if [ -e {HDIR}/reset-fails ]; then echo "Unable to reset this GPU because it's being used by some other process" >&2; exit 255; fi
-rm -f {HDIR}/fault
-"""
-# The CUDA driver API calls of module_utils/_cuda_driver.py; memory is the host's, the kernel c[i] = a[i] + b[i].
-C_SOURCE = r"""
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-typedef int CUresult;
-CUresult cuInit(unsigned f) { return 0; }
-CUresult cuDriverGetVersion(int *v) { *v = 12080; return 0; }
-CUresult cuDeviceGetCount(int *c) { *c = 1; return 0; }
-CUresult cuDeviceGet(int *d, int i) { *d = i; return 0; }
-CUresult cuDeviceGetName(char *n, int len, int d) { strncpy(n, "NVIDIA H100 80GB HBM3", len - 1); n[len - 1] = 0; return 0; }
-CUresult cuDeviceGetAttribute(int *v, int a, int d) { *v = a == 75 ? 9 : 0; return 0; }
-CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)(intptr_t)(d + 1); return 0; }
-CUresult cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
-CUresult cuCtxSetCurrent(void *c) { return 0; }
-CUresult cuCtxSynchronize(void) { return 0; }
-CUresult cuModuleLoadDataEx(void **m, const void *i, unsigned n, int *o, void **v) { *m = (void *)1; return 0; }
-CUresult cuModuleGetFunction(void **f, void *m, const char *name) { *f = (void *)1; return 0; }
-CUresult cuModuleUnload(void *m) { return 0; }
-CUresult cuMemAlloc_v2(uint64_t *p, size_t n) { void *x = malloc(n); if (!x) return 2; *p = (uint64_t)(uintptr_t)x; return 0; }
-CUresult cuMemFree_v2(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
-CUresult cuMemsetD32_v2(uint64_t p, unsigned v, size_t n) { uint32_t *q = (uint32_t *)(uintptr_t)p; for (size_t i = 0; i < n; i++) q[i] = v; return 0; }
-CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
-CUresult cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
-CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned sh, void *st, void **p, void **e) {
-  float *a = (float *)(uintptr_t)*(uint64_t *)p[0], *b = (float *)(uintptr_t)*(uint64_t *)p[1];
-  float *c = (float *)(uintptr_t)*(uint64_t *)p[2];
-  int n = *(int32_t *)p[3];
-  for (int i = 0; i < n; i++) c[i] = a[i] + b[i];
-  return 0;
-}
-"""
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory, core):
-    """The stand-ins on both GPU hosts, the test namespace; removed at the end."""
-    work = tmp_path_factory.mktemp("gpu-health")
-    (work / "fake_cuda.c").write_text(C_SOURCE)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(work / "libcuda.so.1"), str(work / "fake_cuda.c")],
-                   check=True, capture_output=True)
-    (work / "nvidia-smi").write_text(NVIDIA_SMI)
-    (work / "gpu-reset").write_text(GPU_RESET)
-    for host in GPU_NODES:
-        node_sh(host, f"rm -rf {HDIR} && mkdir -p {HDIR}/xml {HDIR}/proc/driver/nvidia {HDIR}/sys {HDIR}/lib && "
-                      f"printf 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\\n' "
-                      f"> {HDIR}/proc/driver/nvidia/version && echo '100000.00 200000.00' > {HDIR}/proc/uptime && "
-                      f": > {HDIR}/kernel.log")
-        for src, dest in ((FIXTURES / "h100" / "nvidia-smi-q.xml", "xml/healthy.xml"),
-                          *((p, f"xml/{p.name}") for p in (FIXTURES / "gpu_health").glob("*.xml")),
-                          (work / "libcuda.so.1", "lib/libcuda.so.1"), (work / "nvidia-smi", "nvidia-smi"),
-                          (work / "gpu-reset", "gpu-reset")):
-            subprocess.run(["docker", "cp", str(src), f"{host}:{HDIR}/{dest}"], check=True, capture_output=True)
-        node_sh(host, f"chmod 755 {HDIR}/nvidia-smi {HDIR}/gpu-reset")
-    extra = {
-        "gpu_health_nvidia_smi": f"{HDIR}/nvidia-smi", "gpu_health_proc_root": f"{HDIR}/proc",
-        "gpu_health_sysfs_root": f"{HDIR}/sys", "gpu_health_kernel_log_file": f"{HDIR}/kernel.log",
-        "gpu_health_reset_command": [f"{HDIR}/gpu-reset"],
-        "gpu_health_cuda_library_dir": f"{HDIR}/lib",
-        "driver_reboot": "report", "node_maintenance_drain_timeout": 60, "node_maintenance_drain_retry_delay": 1,
-    }
-    (work / "vars.json").write_text(json.dumps(extra))
+    """The stand-ins on both GPU hosts (k8sgpu_testlib.gpu_health_lab), the test namespace; removed at the end."""
+    vars_file = install_standins(tmp_path_factory.mktemp("gpu-health"))
     try:
         core.create_namespace({"metadata": {"name": NS}})
     except client.ApiException as exc:
         if exc.status != 409:
             raise
     try:
-        yield work / "vars.json"
+        yield vars_file
     finally:
         try:
             core.delete_namespace(NS, grace_period_seconds=0)
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-        for host in GPU_NODES:
-            node_sh(host, f"rm -rf {HDIR}", check=False)
+        # Gone before the next module (test_gpu_health_eda.py takes this fixture) creates it again.
+        end = time.monotonic() + 120
+        while time.monotonic() < end and NS in [n.metadata.name for n in core.list_namespace().items]:
+            time.sleep(0.5)
+        remove_standins()
 
 
 def snapshot(core, name: str) -> tuple[bool, list, dict]:

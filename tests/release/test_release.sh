@@ -38,7 +38,7 @@ echo "tarball: $tarball, $(stat -c %s "$tarball") bytes, $files files"
 bad=$(grep -E '^(tests|molecule|lab|bench|collections|\.[^/]+|inventories/lab|changelogs/fragments|context)(/|$)|(^|/)(__pycache__|Makefile|ansible\.cfg|pytest\.ini|requirements-(dev|importer|compat)\.txt)$|^execution-environment\.yml$|^docs(/|$)|\.(pyc|log|jsonl|tar\.xz|tar\.gz|orig|rej)$|^changelogs/\.plugin-cache\.yaml$|^site\.yml$' <<<"$listing" || true)
 if [ -n "$bad" ]; then echo "development-only files in the tarball (galaxy.yml build_ignore):" >&2; echo "$bad" >&2; exit 1; fi
 for need in MANIFEST.json FILES.json README.md LICENSE requirements.txt requirements-gke.txt requirements-eks.txt \
-  requirements-cert.txt requirements-ee.txt meta/runtime.yml meta/execution-environment.yml \
+  requirements-cert.txt requirements-ee.txt requirements-eda.txt extensions/eda/rulebooks/gpu_health.yml meta/runtime.yml meta/execution-environment.yml \
   changelogs/changelog.yaml playbooks/site.yml inventories/example/hosts.yml; do
   grep -qx "$need" <<<"$listing" || { echo "missing from the tarball: $need" >&2; exit 1; }
 done

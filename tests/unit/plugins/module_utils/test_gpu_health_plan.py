@@ -162,6 +162,22 @@ def test_the_serial_plays_record_is_kept_by_the_next_run(read):
     assert not again["differs"]
 
 
+def test_a_node_the_serial_play_returned_is_left_alone_by_the_next_run(read):
+    """The window's record (state returned, its own reason) is not rewritten by the next run on the healthy host
+    (the rulebook's run for the next alert read it again and rewrote its reason: found in the lab)."""
+    first = gp.plan(read("recovery-gpu-reset.xml"), node(), policy="quarantine", now=NOW)
+    back = gp.record_after(first, state="returned", reason="healthy again; vectorAdd passed on 1 GPU(s); uncordoned",
+                           now=LATER, health=read(None), cordoned=False)
+    plan = gp.plan(read(None), node(annotations={gp.ANNOTATION_KEY: back["annotation"]}), policy="quarantine",
+                   now="2026-11-29T07:00:00Z")
+    assert plan["action"] == "none" and not plan["annotation_changed"] and not plan["window"], plan
+    assert plan["record"] == back["record"]
+    # Tainted again by hand (or by a run that failed half-way): the taint is removed, the record rewritten.
+    tainted = node(annotations={gp.ANNOTATION_KEY: back["annotation"]},
+                   taints=[{"key": gp.TAINT_KEY, "value": "needs_reset", "effect": "NoSchedule"}])
+    assert gp.plan(read(None), tainted, policy="quarantine", now=LATER)["action"] == "return"
+
+
 def test_waiting_and_out_records(read):
     plan = gp.plan(read("recovery-gpu-reset.xml"), node(), policy="recover", now=NOW)
     waiting = gp.record_after(plan, state="waiting", reason="waiting for the limit", now=NOW, cordoned=False)
