@@ -44,6 +44,11 @@ def node_state(core: client.CoreV1Api, name: str) -> tuple[bool, set, dict | Non
     return bool(node.spec.unschedulable), {t.key for t in node.spec.taints or []}, json.loads(text) if text else None
 
 
+def is_state(core: client.CoreV1Api, name: str, record_state: str, cordoned: bool) -> bool:
+    unschedulable, _taints, record = node_state(core, name)
+    return unschedulable == cordoned and record is not None and record["state"] == record_state
+
+
 def until(probe, timeout: float = 300) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -73,10 +78,10 @@ def main() -> None:
             time.sleep(random.uniform(0, 2))
             injected = chain.inject(node)
             tainted = until(lambda: TAINT in node_state(core, node)[1])
-            drained = until(lambda: (lambda s: s[0] and s[2] and s[2]["state"] == "quarantined")(node_state(core, node)))
+            drained = until(lambda: is_state(core, node, "quarantined", cordoned=True))
             wait_for("the run to end", chain.idle, 300)
             chain.clear(node)
-            until(lambda: (lambda s: not s[0] and TAINT not in s[1] and s[2]["state"] == "returned")(node_state(core, node)))
+            until(lambda: is_state(core, node, "returned", cordoned=False) and TAINT not in node_state(core, node)[1])
             wait_for("the run to end", chain.idle, 300)
             rows.append({"run": i + 1, "tainted_s": round(tainted - injected, 1), "drained_s": round(drained - injected, 1)})
             print(json.dumps(rows[-1]), flush=True)

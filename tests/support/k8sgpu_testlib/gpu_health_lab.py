@@ -29,9 +29,9 @@ from typing import Any
 
 import yaml
 
-from k8sgpu_testlib.monitoring_lab import (CACHE, COUNTERS_CSV, LAB_STATE, ROOT, SHARED, GPU_NODES, LabProcess,
-                                          Prometheus, Standin, exporter_pod_name, free_port, http, scrape_config,
-                                          wait_for)
+from k8sgpu_testlib.monitoring_lab import (
+    CACHE, COUNTERS_CSV, GPU_NODES, LAB_STATE, ROOT, SHARED, LabProcess, Prometheus, Standin, exporter_pod_name,
+    free_port, http, scrape_config, wait_for)
 
 sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _alert_rules  # noqa: E402 pylint: disable=wrong-import-position
@@ -200,6 +200,7 @@ class AlertChain:
         self.procs: list[Any] = []
         self.standin: Standin | None = None
         self.rulebook: LabProcess | None = None
+        self.eda_port = 0
 
     def start(self) -> AlertChain:
         work = self.work
@@ -218,6 +219,7 @@ class AlertChain:
 
         self.standin = Standin(str(LAB_STATE / "kubeconfig"), work / "standin").start()
         eda_port, am_port = free_port(), free_port()
+        self.eda_port = eda_port
         pods = {n: exporter_pod_name(self.core, n, "dcgm-exporter", "dcgm-exporter") for n in GPU_NODES}
         config = scrape_config(self.standin, pods, interval=f"{SCRAPE_S}s")
         config["global"].update(evaluation_interval=f"{EVALUATION_S}s", scrape_timeout=f"{SCRAPE_S}s")
