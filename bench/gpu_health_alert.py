@@ -28,34 +28,10 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from k8sgpu_testlib.gpu_health_lab import (EVALUATION_S, FLOOR_S, FOR_S, GROUP_WAIT_S, SCRAPE_S, AlertChain,
-                                           install_standins, missing, remove_standins)
+from k8sgpu_testlib.gpu_health_lab import (EVALUATION_S, FLOOR_S, FOR_S, GROUP_WAIT_S, SCRAPE_S, TAINT, AlertChain,
+                                           install_standins, is_state, missing, remove_standins, restore, snapshot,
+                                           state)
 from k8sgpu_testlib.monitoring_lab import GPU_NODES, LAB_STATE, wait_for
-
-TAINT = "nvidia.com/gpu-health"
-RECORD = "k8sgpu.nvidia/gpu-health"
-MAINTENANCE = ["k8sgpu.nvidia/cordoned-for-maintenance", "k8sgpu.nvidia/gpus-before-maintenance",
-               "k8sgpu.nvidia/host-gpus-before-maintenance"]
-
-
-def node_state(core: client.CoreV1Api, name: str) -> tuple[bool, set, dict | None]:
-    node = core.read_node(name)
-    text = (node.metadata.annotations or {}).get(RECORD)
-    return bool(node.spec.unschedulable), {t.key for t in node.spec.taints or []}, json.loads(text) if text else None
-
-
-def is_state(core: client.CoreV1Api, name: str, record_state: str, cordoned: bool) -> bool:
-    unschedulable, _taints, record = node_state(core, name)
-    return unschedulable == cordoned and record is not None and record["state"] == record_state
-
-
-def until(probe, timeout: float = 300) -> float:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe():
-            return time.time()
-        time.sleep(0.1)
-    raise TimeoutError("not within the time")
 
 
 def main() -> None:
@@ -66,7 +42,7 @@ def main() -> None:
         raise SystemExit(missing())
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(LAB_STATE / "kubeconfig")))
     node = GPU_NODES[0]
-    before = core.read_node(node)
+    before = snapshot(core, node)
     work = Path(tempfile.mkdtemp(prefix="k8sgpu-bench-gpu-health-"))
     site = {**json.loads(install_standins(work).read_text()), "gpu_health_policy": "quarantine",
             "k8sgpu_max_unavailable": 1}
@@ -77,23 +53,19 @@ def main() -> None:
         for i in range(args.runs):
             time.sleep(random.uniform(0, 2))
             injected = chain.inject(node)
-            tainted = until(lambda: TAINT in node_state(core, node)[1])
-            drained = until(lambda: is_state(core, node, "quarantined", cordoned=True))
+            wait_for("the Node tainted", lambda: TAINT in state(core, node)[1], 300, interval=0.1)
+            tainted = time.time()
+            wait_for("the Node drained", lambda: is_state(core, node, "quarantined"), 300, interval=0.1)
+            drained = time.time()
             wait_for("the run to end", chain.idle, 300)
             chain.clear(node)
-            until(lambda: is_state(core, node, "returned", cordoned=False) and TAINT not in node_state(core, node)[1])
+            wait_for("the Node back", lambda: is_state(core, node, "returned", cordoned=False, tainted=False), 300)
             wait_for("the run to end", chain.idle, 300)
             rows.append({"run": i + 1, "tainted_s": round(tainted - injected, 1), "drained_s": round(drained - injected, 1)})
             print(json.dumps(rows[-1]), flush=True)
     finally:
         chain.stop()
-        # The Node as it was: the role's taint and annotations gone, the cordon as before.
-        node_now = core.read_node(node)
-        taints = [t.to_dict() for t in node_now.spec.taints or [] if t.key != TAINT]
-        core.patch_node(node, {"spec": {"unschedulable": before.spec.unschedulable or None,
-                                        "taints": [{k: v for k, v in t.items() if v is not None} for t in taints]},
-                               "metadata": {"annotations": {k: None for k in [RECORD, *MAINTENANCE]
-                                                            if k not in (before.metadata.annotations or {})}}})
+        restore(core, node, before)
         remove_standins()
     runs = chain.runs()
     tainted = [r["tainted_s"] for r in rows]

@@ -11,7 +11,6 @@ when a test fails. The file: 5 passed in 5 min 48 s wall, 2 min 56 s CPU user (2
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -21,13 +20,10 @@ from kubernetes import client
 
 from ansible_output import recap
 from conftest import GPU_NODES, LAB_STATE, node_sh, run
-from k8sgpu_testlib.gpu_health_lab import HDIR, install_standins, remove_standins
+from k8sgpu_testlib.gpu_health_lab import (HDIR, MAINTENANCE, RECORD, TAINT, install_standins, remove_standins,
+                                           restore, snapshot, state)
 from test_upgrade import NodeWatch, flat
 
-TAINT = "nvidia.com/gpu-health"
-RECORD = "k8sgpu.nvidia/gpu-health"
-MAINTENANCE = ["k8sgpu.nvidia/cordoned-for-maintenance", "k8sgpu.nvidia/gpus-before-maintenance",
-               "k8sgpu.nvidia/host-gpus-before-maintenance"]
 NS = "k8sgpu-gpu-health-test"
 UUID = "GPU-3df950bc-14e1-c147-af67-d6bc91665500"
 GPU1, GPU2 = GPU_NODES
@@ -57,11 +53,6 @@ def hosts(tmp_path_factory, core):
         remove_standins()
 
 
-def snapshot(core, name: str) -> tuple[bool, list, dict]:
-    node = core.read_node(name)
-    return bool(node.spec.unschedulable), [t.to_dict() for t in node.spec.taints or []], dict(node.metadata.annotations or {})
-
-
 @pytest.fixture
 def lab(hosts, core):
     """Each test starts with no fault and leaves both Nodes as it found them (taint, annotations, cordon)."""
@@ -71,13 +62,8 @@ def lab(hosts, core):
     try:
         yield hosts
     finally:
-        for name, (unschedulable, _taints, annotations) in before.items():
-            node = core.read_node(name)
-            taints = [t.to_dict() for t in node.spec.taints or [] if t.key != TAINT]
-            ours = {k: None for k in [RECORD, *MAINTENANCE] if k not in annotations}
-            core.patch_node(name, {"spec": {"unschedulable": unschedulable or None,
-                                            "taints": [{k: v for k, v in t.items() if v is not None} for t in taints]},
-                                   "metadata": {"annotations": ours}})
+        for name, found in before.items():
+            restore(core, name, found)
         for host in GPU_NODES:
             node_sh(host, f"rm -f {HDIR}/fault {HDIR}/resets {HDIR}/processes {HDIR}/reset-fails", check=False)
 
@@ -89,14 +75,6 @@ def fault(host: str, fixture: str) -> None:
 def health(vars_file: Path, *extra: str, check: bool = False) -> subprocess.CompletedProcess:
     return run(["ansible-playbook", "-i", "inventories/lab", "playbooks/health.yml", "-e", f"@{vars_file}", *extra,
                 *(["--check", "--diff"] if check else [])], env_extra={"K8SGPU_LAB_STATE": str(LAB_STATE)})
-
-
-def state(core, name: str) -> tuple[bool, dict, dict | None]:
-    """(cordoned, {taint key: value:effect}, the role's record)."""
-    node = core.read_node(name)
-    taints = {t.key: f"{t.value}:{t.effect}" for t in node.spec.taints or []}
-    text = (node.metadata.annotations or {}).get(RECORD)
-    return bool(node.spec.unschedulable), taints, json.loads(text) if text else None
 
 
 def resets(host: str) -> str:

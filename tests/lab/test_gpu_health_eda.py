@@ -31,10 +31,10 @@ from kubernetes import client
 
 from ansible_output import recap
 from conftest import GPU_NODES, node_sh
-from k8sgpu_testlib.gpu_health_lab import HDIR, AlertChain, missing
+from k8sgpu_testlib.gpu_health_lab import HDIR, TAINT, AlertChain, is_state, missing, state
 from k8sgpu_testlib.monitoring_lab import http, wait_for
 # hosts and lab: test_gpu_health's fixtures, used by name.
-from test_gpu_health import NS, TAINT, hosts, lab, state, workload  # noqa: F401 # pylint: disable=unused-import
+from test_gpu_health import NS, hosts, lab, workload  # noqa: F401 # pylint: disable=unused-import
 from test_upgrade import NodeWatch
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "-")
@@ -54,23 +54,6 @@ def chain(hosts, core, tmp_path_factory):  # noqa: F811 (hosts: the fixture impo
         alerts.stop()
 
 
-def is_state(core, node: str, record_state: str, cordoned: bool = True, tainted: bool = True) -> bool:
-    """The Node cordoned (or not), tainted by the role (or not), its record in record_state."""
-    unschedulable, taints, record = state(core, node)
-    return (unschedulable == cordoned and (TAINT in taints) == tainted and record is not None
-            and record["state"] == record_state)
-
-
-def until(what: str, probe, timeout: float = 300) -> float:
-    """Poll every 0.2 s; the time it first held."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe():
-            return time.time()
-        time.sleep(0.2)
-    pytest.fail(f"{what}: not within {timeout:.0f} s")
-
-
 def test_gpu_alerts_take_a_node_out_and_bring_it_back_one_at_a_time(chain, lab, core):  # noqa: F811
     # A forged alert straight to the source (it has no authentication), whose node label is a template or not a Node
     # name: no run (the label would reach the playbook as an extra variable, which Ansible renders).
@@ -85,8 +68,8 @@ def test_gpu_alerts_take_a_node_out_and_bring_it_back_one_at_a_time(chain, lab, 
     try:
         # GPU 1: two of its GPUs fail together (two alerts in one notification): tainted, then drained.
         chain.inject(GPU1, gpus=(0, 1))
-        until("GPU 1's Node tainted", lambda: TAINT in state(core, GPU1)[1])
-        until("GPU 1's Node cordoned and drained, recorded quarantined", lambda: is_state(core, GPU1, "quarantined"))
+        wait_for("GPU 1's Node tainted", lambda: TAINT in state(core, GPU1)[1], 300, interval=0.2)
+        wait_for("GPU 1's Node cordoned and drained, recorded quarantined", lambda: is_state(core, GPU1, "quarantined"), 300, interval=0.2)
         assert state(core, GPU1)[1][TAINT] == "needs_reboot:NoSchedule"
         assert pod not in [p.metadata.name for p in core.list_namespaced_pod(NS).items
                            if not p.metadata.deletion_timestamp]
@@ -95,17 +78,17 @@ def test_gpu_alerts_take_a_node_out_and_bring_it_back_one_at_a_time(chain, lab, 
 
         # GPU 2 fails while GPU 1 is out: tainted at once, waits for the fleet's limit (not cordoned).
         chain.inject(GPU2)
-        until("GPU 2's Node tainted and recorded waiting", lambda: is_state(core, GPU2, "waiting", cordoned=False))
+        wait_for("GPU 2's Node tainted and recorded waiting", lambda: is_state(core, GPU2, "waiting", cordoned=False), 300, interval=0.2)
         assert not state(core, GPU2)[0], "GPU 2's Node is not cordoned while GPU 1's is out"
 
         # GPU 1's fault cleared: the resolved alert's run returns it, then takes GPU 2 out in the same run.
         chain.clear(GPU1, gpus=(0, 1))
-        until("GPU 1's Node back in service", lambda: is_state(core, GPU1, "returned", cordoned=False, tainted=False))
-        until("GPU 2's Node cordoned and drained, recorded quarantined", lambda: is_state(core, GPU2, "quarantined"))
+        wait_for("GPU 1's Node back in service", lambda: is_state(core, GPU1, "returned", cordoned=False, tainted=False), 300, interval=0.2)
+        wait_for("GPU 2's Node cordoned and drained, recorded quarantined", lambda: is_state(core, GPU2, "quarantined"), 300, interval=0.2)
 
         # GPU 2's fault cleared: back in service.
         chain.clear(GPU2)
-        until("GPU 2's Node back in service", lambda: is_state(core, GPU2, "returned", cordoned=False, tainted=False))
+        wait_for("GPU 2's Node back in service", lambda: is_state(core, GPU2, "returned", cordoned=False, tainted=False), 300, interval=0.2)
         wait_for("the runs to end", chain.idle, 120)
     finally:
         watch.stop()

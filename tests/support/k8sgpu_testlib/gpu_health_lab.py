@@ -38,6 +38,11 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _alert_rules 
 
 HDIR = "/var/tmp/k8sgpu-gpu-health-test"
 FIXTURES = ROOT / "tests" / "unit" / "fixtures"
+# What the gpu_health role and node_maintenance leave on a Node.
+TAINT = "nvidia.com/gpu-health"
+RECORD = "k8sgpu.nvidia/gpu-health"
+MAINTENANCE = ["k8sgpu.nvidia/cordoned-for-maintenance", "k8sgpu.nvidia/gpus-before-maintenance",
+               "k8sgpu.nvidia/host-gpus-before-maintenance"]
 
 
 NVIDIA_SMI = f"""#!/bin/sh
@@ -129,6 +134,38 @@ def install_standins(work: Path, hosts: list[str] | None = None) -> Path:
 def remove_standins(hosts: list[str] | None = None) -> None:
     for host in hosts or GPU_NODES:
         node_sh(host, f"rm -rf {HDIR}", check=False)
+
+
+def state(core: Any, name: str) -> tuple[bool, dict, dict | None]:
+    """(cordoned, {taint key: value:effect}, the role's record)."""
+    node = core.read_node(name)
+    taints = {t.key: f"{t.value}:{t.effect}" for t in node.spec.taints or []}
+    text = (node.metadata.annotations or {}).get(RECORD)
+    return bool(node.spec.unschedulable), taints, json.loads(text) if text else None
+
+
+def is_state(core: Any, name: str, record_state: str, cordoned: bool = True, tainted: bool = True) -> bool:
+    """The Node cordoned (or not), tainted by the role (or not), its record in record_state."""
+    unschedulable, taints, record = state(core, name)
+    return (unschedulable == cordoned and (TAINT in taints) == tainted and record is not None
+            and record["state"] == record_state)
+
+
+def snapshot(core: Any, name: str) -> tuple[bool, list, dict]:
+    node = core.read_node(name)
+    return bool(node.spec.unschedulable), [t.to_dict() for t in node.spec.taints or []], dict(node.metadata.annotations or {})
+
+
+def restore(core: Any, name: str, before: tuple[bool, list, dict]) -> None:
+    """The Node as snapshot() found it: the role's taint and the role's and node_maintenance's annotations it did not
+    have removed, its cordon as it was."""
+    unschedulable, _taints, annotations = before
+    node = core.read_node(name)
+    taints = [t.to_dict() for t in node.spec.taints or [] if t.key != TAINT]
+    ours = {k: None for k in [RECORD, *MAINTENANCE] if k not in annotations}
+    core.patch_node(name, {"spec": {"unschedulable": unschedulable or None,
+                                    "taints": [{k: v for k, v in t.items() if v is not None} for t in taints]},
+                           "metadata": {"annotations": ours}})
 
 
 # ---------------------------------------------------------------------------------------------------------------
