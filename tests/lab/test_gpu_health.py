@@ -4,14 +4,19 @@ The lab's GPU hosts have no GPU (the driver is installed, not loaded), so each h
 test's own extra vars point the role at (not inventories/lab; k8sgpu_testlib/gpu_health_lab.py says what each is): an
 nvidia-smi printing a gpu_health fixture XML (the H100's healthy one unless HDIR/fault names another), a GPU reset
 command that clears the fault, and a CUDA driver library whose kernel adds the vectors on the CPU, so the verify role's
-vectorAdd passes. No reboot (driver_reboot=report).
+vectorAdd passes. No reboot on the lab's GPU hosts (driver_reboot=report): the driver reload and the reboot recoveries run
+on a GPU host of their own (lab.sh node, a node container of the lab's recipe standing for GPU 1's Node, as
+test_fleet_limits.py's), where a reboot restarts the container with a new /run and the role's default reload command
+runs a stand-in modprobe.
 
 The Nodes are put back as each test found them (taint, annotations, cordon), and the stand-ins' state cleared, even
 when a test fails. The file: 5 passed in 5 min 48 s wall, 2 min 56 s CPU user (2026-11-29, test_faults_host beside on the same 2 CPUs).
 """
 from __future__ import annotations
 
+import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -19,9 +24,9 @@ import pytest
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import GPU_NODES, LAB_STATE, node_sh, run
-from k8sgpu_testlib.gpu_health_lab import (HDIR, MAINTENANCE, RECORD, TAINT, install_standins, remove_standins,
-                                           restore, snapshot, state)
+from conftest import GPU_NODES, LAB_NAME, LAB_STATE, ROOT, node_sh, run
+from k8sgpu_testlib.gpu_health_lab import (HDIR, MAINTENANCE, RECORD, RUN_FAULT, TAINT, install_standins,
+                                           remove_standins, restore, snapshot, state)
 from test_upgrade import NodeWatch, flat
 
 NS = "k8sgpu-gpu-health-test"
@@ -215,3 +220,125 @@ def test_a_reset_the_driver_refuses_keeps_the_node_out_with_its_message(lab, cor
     assert record["state"] == "out" and record["cordoned"] and record["recovered"], record
     assert "the reset of GPU(s) 0 failed (Unable to reset this GPU because it's being used by some other process)" \
         in record["reason"], record["reason"]
+
+
+# ---------------------------------------------------------------- the driver reload and the reboot, on a host of their own
+
+SPARE = f"{LAB_NAME}-gpu-health-1"
+# Before /usr/sbin/modprobe on PATH: records its arguments; loading nvidia clears the fault (the reload recovered).
+MODPROBE = f"""#!/bin/sh
+echo "$*" >> {HDIR}/modprobe
+case "$1" in -r) ;; *) rm -f {HDIR}/fault ;; esac
+"""
+
+
+@pytest.fixture(scope="module")
+def spare(hosts, tmp_path_factory):
+    """A node container of the lab's recipe (lab.sh node: a reboot restarts it, /run new) standing for GPU 1's Node,
+    with the stand-ins and /usr/local/sbin/modprobe; an inventory of it alone. (hosts: the test namespace.)"""
+    cp = subprocess.run([str(ROOT / "lab/lab.sh"), "node", SPARE, "bookworm"], capture_output=True, text=True,
+                        check=False)
+    assert cp.returncode == 0, cp.stderr
+    work = tmp_path_factory.mktemp("gpu-health-spare")
+    try:
+        vars_file = install_standins(work, [SPARE])
+        (work / "modprobe").write_text(MODPROBE)
+        subprocess.run(["docker", "cp", str(work / "modprobe"), f"{SPARE}:/usr/local/sbin/modprobe"], check=True)
+        node_sh(SPARE, "chmod 755 /usr/local/sbin/modprobe && [ \"$(command -v modprobe)\" = /usr/local/sbin/modprobe ]")
+        (work / "inventory").mkdir()
+        (work / "inventory" / "group_vars").symlink_to(ROOT / "inventories/lab/group_vars")
+        (work / "inventory" / "hosts.yml").write_text(json.dumps({"all": {"children": {
+            "gpu_nodes": {"hosts": {SPARE: {"k8sgpu_node_name": GPU_NODES[0]}},
+                          "vars": {"ansible_connection": "community.docker.docker",
+                                   "ansible_python_interpreter": "/usr/bin/python3"}},
+            "k8s_control_plane": {"hosts": {"localhost": {
+                "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
+        }}}))
+        yield work / "inventory", vars_file
+    finally:
+        subprocess.run(["docker", "rm", "-f", SPARE], capture_output=True, check=False)
+
+
+def spare_health(spare_files: tuple[Path, Path], *extra: str) -> subprocess.CompletedProcess:
+    inventory, vars_file = spare_files
+    return run(["ansible-playbook", "-i", str(inventory), "playbooks/health.yml", "-e", f"@{vars_file}",
+                "-e", "gpu_health_policy=recover", *extra], env_extra={"K8SGPU_LAB_STATE": str(LAB_STATE)})
+
+
+def restarts(host: str) -> tuple[int, str]:
+    """Docker's restart count of the container and when it last started."""
+    out = subprocess.run(["docker", "inspect", "-f", "{{.RestartCount}} {{.State.StartedAt}}", host],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]), out[1]
+
+
+class BootIDs:
+    """The kubelet's part that kwok does not play: the Node's status.nodeInfo.bootID, a new one each time the host's
+    container starts (Docker's StartedAt), checked every 0.2 s."""
+
+    def __init__(self, core, node: str, host: str):
+        self.core, self.node, self.host, self.stopped = core, node, host, False
+        self.started = restarts(host)[1]
+        self._set(self.started)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _set(self, started: str) -> None:
+        self.core.patch_node_status(self.node, {"status": {"nodeInfo": {"bootID": f"lab-boot-{started}"}}})
+
+    def _run(self) -> None:
+        while not self.stopped:
+            started = restarts(self.host)[1] if subprocess.run(
+                ["docker", "inspect", self.host], capture_output=True, check=False).returncode == 0 else self.started
+            if started != self.started:
+                self.started = started
+                self._set(started)
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.thread.join()
+        self.core.patch_node_status(self.node, {"status": {"nodeInfo": {"bootID": ""}}})
+
+
+def test_driver_reload_recovers_with_the_default_command(lab, core, spare):
+    """GPU resets off, reloads on: the role's default reload command (modprobe -r the four modules, then modprobe
+    nvidia) runs once; the fault cleared by it, the Node is checked and returned; a second run changes nothing."""
+    node_sh(SPARE, f"echo recovery-gpu-reset.xml > {HDIR}/fault && rm -f {HDIR}/modprobe {HDIR}/resets")
+    res = spare_health(spare, "-e", "gpu_health_reset=false", "-e", "gpu_health_driver_reload=true")
+    assert res.returncode == 0, res.stdout[-5000:]
+    assert node_sh(SPARE, f"cat {HDIR}/modprobe").splitlines() == ["-r nvidia_uvm nvidia_drm nvidia_modeset nvidia",
+                                                                   "nvidia"]
+    assert node_sh(SPARE, f"cat {HDIR}/resets 2>/dev/null || true") == ""
+    cordoned, taints, record = state(core, GPU1)
+    assert not cordoned and TAINT not in taints, (cordoned, taints)
+    assert record["state"] == "returned" and record["reason"].startswith("recovered by reload"), record
+    assert "vectorAdd passed on 1 GPU(s)" in flat(res.stdout)
+    again = spare_health(spare, "-e", "gpu_health_reset=false", "-e", "gpu_health_driver_reload=true")
+    assert again.returncode == 0, again.stdout[-5000:]
+    assert all(stats["changed"] == 0 for stats in recap(again.stdout).values()), recap(again.stdout)
+    assert len(node_sh(SPARE, f"cat {HDIR}/modprobe").splitlines()) == 2
+
+
+def test_reboot_recovers_a_gpu_the_driver_says_needs_one(lab, core, spare):
+    """recovery action Node Reboot, the fault on /run (a reboot clears it): the host rebooted once (the container
+    restarted), the Node waited for with a new bootID, checked, returned; a second run reboots nothing."""
+    node_sh(SPARE, f"echo recovery-node-reboot.xml > {RUN_FAULT} && rm -f {HDIR}/fault")
+    count, _started = restarts(SPARE)
+    boots = BootIDs(core, GPU1, SPARE)
+    try:
+        res = spare_health(spare, "-e", "gpu_health_reboot=true")
+        assert res.returncode == 0, res.stdout[-5000:]
+        assert restarts(SPARE)[0] == count + 1
+        assert core.read_node(GPU1).status.node_info.boot_id == f"lab-boot-{boots.started}"
+        cordoned, taints, record = state(core, GPU1)
+        assert not cordoned and TAINT not in taints, (cordoned, taints)
+        assert record["state"] == "returned" and record["reason"].startswith("recovered by reboot"), record
+        assert record["recovered"].endswith("Z")
+        assert "vectorAdd passed on 1 GPU(s)" in flat(res.stdout)
+        again = spare_health(spare, "-e", "gpu_health_reboot=true")
+        assert again.returncode == 0, again.stdout[-5000:]
+        assert all(stats["changed"] == 0 for stats in recap(again.stdout).values()), recap(again.stdout)
+        assert restarts(SPARE)[0] == count + 1
+    finally:
+        boots.stop()

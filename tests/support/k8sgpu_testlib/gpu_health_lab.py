@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _alert_rules  # noqa: E402 pylint: disable=wrong-import-position
 
 HDIR = "/var/tmp/k8sgpu-gpu-health-test"
+# A fault that a reboot clears: /run is a tmpfs in the lab's node containers, new at each (re)start.
+RUN_FAULT = "/run/k8sgpu-gpu-health-fault"
 FIXTURES = ROOT / "tests" / "unit" / "fixtures"
 # What the gpu_health role and node_maintenance leave on a Node.
 TAINT = "nvidia.com/gpu-health"
@@ -48,7 +50,7 @@ MAINTENANCE = ["k8sgpu.nvidia/cordoned-for-maintenance", "k8sgpu.nvidia/gpus-bef
 NVIDIA_SMI = f"""#!/bin/sh
 case "$*" in
   *--query-compute-apps*) cat {HDIR}/processes 2>/dev/null; exit 0 ;;
-  *-q*) f=$(cat {HDIR}/fault 2>/dev/null); cat "{HDIR}/xml/${{f:-healthy.xml}}"; exit 0 ;;
+  *-q*) f=$(cat {RUN_FAULT} {HDIR}/fault 2>/dev/null | head -n 1); cat "{HDIR}/xml/${{f:-healthy.xml}}"; exit 0 ;;
 esac
 echo "stand-in nvidia-smi: $*" >&2
 exit 2
