@@ -57,6 +57,9 @@ k8sgpu_node_name: $NODE_NAME
 driver_branch: "580"
 container_toolkit_repo_url: file://$K8SNODE_ROOT/toolkit-repo/libnvidia-container
 container_toolkit_repo_key: "{{ lookup('ansible.builtin.file', '$K8SNODE_ROOT/toolkit-repo/libnvidia-container/gpgkey') }}"
+# The lab's own repository key (lab/build-toolkit-repo.sh), not NVIDIA's: pinned by its fingerprint, as
+# inventories/lab does (the role refuses a key other than the pinned one).
+container_toolkit_repo_key_fingerprint: "{{ lookup('ansible.builtin.file', '$K8SNODE_ROOT/toolkit-repo/libnvidia-container/gpgkey') | k8sgpu.nvidia.openpgp_fingerprints | first }}"
 container_toolkit_repo_proxy: ""
 container_toolkit_runtimes: [containerd]
 container_toolkit_containerd_config: $CONTAINERD_CONFIG
@@ -153,6 +156,26 @@ if grep -q 'Test PASSED' <<<"$probe_log"; then
 fi
 grep -qiE 'error|failed' <<<"$probe_log" || die "the isolation probe's log does not say why it could not use a GPU (phase $phase)"
 echo "isolation: the unallocated pod with NVIDIA_VISIBLE_DEVICES=all got no GPU ($(grep -iE 'error|failed' <<<"$probe_log" | head -1))"
+
+# GPU health (issue 39): health.yml with its default policy (report) reads the real GPUs' health (nvidia-smi -q -x,
+# the kernel log from /dev/kmsg). Healthy: the run changes nothing, the Node gets neither the role's taint nor its
+# record. Never a recovery here (report only), so the GPU is never reset or reconfigured.
+echo "== health.yml: the real GPUs' health, policy report"
+mark health_start
+play health playbooks/health.yml -v || die "health.yml failed (playbooks.log)"
+mark health_end
+health_read=$(sed -n '/^===== health: /,/^===== health: rc=/p' "$PLAYLOG" | sed -n "/^TASK \[.*: Read the GPUs' health\]/,/^TASK/p")
+{ echo "== the health read (health.yml -v)"; echo "$health_read"; } >>"$OUT/job.log"
+# The module's result, as the yaml callback printed it under "ok: [localhost] =>": its top-level status.
+health_status=$(python3 -c 'import sys, textwrap, yaml
+text = sys.stdin.read().split("=>", 1)[1].split("\nTASK", 1)[0]
+print(yaml.safe_load(textwrap.dedent(text.strip("\n"))).get("status", "?"))' <<<"$health_read" 2>/dev/null)
+health_marks=$(kubectl get node "$NODE_NAME" -o go-template='{{range .spec.taints}}{{if eq .key "nvidia.com/gpu-health"}}taint {{.value}} {{end}}{{end}}{{with index .metadata.annotations "k8sgpu.nvidia/gpu-health"}}record {{.}}{{end}}')
+health_recap=$(sed -n '/^===== health: /,/^===== health: rc=/p' "$PLAYLOG" | sed -n '/^PLAY RECAP/,/^$/p' | grep -o 'changed=[0-9]*' | sort -u | tr '\n' ' ')
+echo "health: the read says '${health_status:-?}'; the Node's gpu-health taint and record: '${health_marks:-none}'; recap $health_recap"
+[ "$health_status" = healthy ] || die "health.yml did not read the GPUs healthy (job.log)"
+[ -z "$health_marks" ] || die "health.yml tainted or annotated the Node of a healthy GPU: $health_marks"
+[ "$health_recap" = "changed=0 " ] || die "health.yml changed something on a healthy GPU host: $health_recap"
 
 # Several GPUs (issue 13): one cuda-vector-add Job per GPU at once on this one
 # Node (k8s_gpu_verify with the Node listed once per GPU); the device plugin
