@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import json
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+
+# The collection's own connection option (doc fragment k8sgpu.nvidia.k8s_request): how long each request may wait for
+# the API server. kubernetes.core has none (its issue 897), nor has the kubernetes client by default: a kube-apiserver
+# that accepts connections and never answers (stopped, overloaded, a network path that drops packets) held a run
+# for ever.
+REQUEST_ARG_SPEC = {
+    "request_timeout": {"type": "float", "default": 30.0, "fallback": (env_fallback, ["K8SGPU_K8S_REQUEST_TIMEOUT"])},
+}
+# A new TCP connection to the API server gets at most this long (seconds), or request_timeout where that is shorter.
+CONNECT_TIMEOUT = 10.0
 
 
 def _kubernetes_core():
@@ -37,22 +47,50 @@ def raw_json(_client, data):
 
 
 def k8s_module(argument_spec: dict, **kwargs):
-    """An AnsibleK8SModule with kubernetes.core's authentication options added to argument_spec."""
+    """An AnsibleK8SModule with kubernetes.core's authentication options and request_timeout added to argument_spec."""
     core = _kubernetes_core()
     if core is None:
         AnsibleModule(argument_spec=argument_spec, **kwargs).fail_json(
             msg="this module needs the kubernetes.core collection (ansible-galaxy collection install kubernetes.core)")
     auth_arg_spec, _get_api_client, module_class = core
-    return module_class(argument_spec={**argument_spec, **auth_arg_spec}, **kwargs)
+    return module_class(argument_spec={**argument_spec, **auth_arg_spec, **REQUEST_ARG_SPEC}, **kwargs)
+
+
+def bound_requests(timeout: float) -> None:
+    """Every request of the kubernetes client in this process (the module's) waits at most `timeout` seconds for the API
+    server to answer, and at most min(CONNECT_TIMEOUT, timeout) for a connection, unless the caller sets its own
+    _request_timeout. Set on the client's REST class, so that the dynamic client's discovery, which runs when
+    get_api_client builds it, is bounded too. urllib3 retries an idempotent request (GET) whose read timed out up to
+    3 times (its default), so such a request gives up after at most 4 x timeout."""
+    if not timeout or timeout <= 0:
+        return
+    try:
+        from kubernetes.client import rest  # pylint: disable=import-outside-toplevel
+    except ImportError:  # get_api_client reports the missing library, with the fix
+        return
+
+    original = getattr(rest.RESTClientObject.request, "_k8sgpu_unbound", rest.RESTClientObject.request)
+    bounds = (min(CONNECT_TIMEOUT, timeout), timeout)
+
+    def request(self, *args, **kwargs):
+        if not kwargs.get("_request_timeout"):
+            kwargs["_request_timeout"] = bounds
+        return original(self, *args, **kwargs)
+
+    request._k8sgpu_unbound = original  # pylint: disable=protected-access
+    rest.RESTClientObject.request = request
 
 
 def dynamic_client(module):
     """kubernetes.core's dynamic client for the module's connection options; fails the module clearly."""
     get_api_client = _kubernetes_core()[1]
+    timeout = module.params.get("request_timeout")
     try:
+        bound_requests(timeout)
         return get_api_client(module=module).client
     except Exception as exc:  # kubernetes.core raises CoreException, kubernetes raises ConfigException
-        module.fail_json(msg=f"Could not reach the Kubernetes API: {exc}")
+        why = f" (request_timeout {timeout:g} s)" if "timed out" in str(exc) else ""
+        module.fail_json(msg=f"Could not reach the Kubernetes API: {exc}{why}")
 
 
 def api_error_message(exc: Exception) -> str:

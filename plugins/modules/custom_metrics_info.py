@@ -30,6 +30,7 @@ extends_documentation_fragment:
   - k8sgpu.nvidia.attributes
   - k8sgpu.nvidia.attributes.read_only
   - k8sgpu.nvidia.k8s_auth
+  - k8sgpu.nvidia.k8s_request
 options:
   versions:
     description: Versions of C(custom.metrics.k8s.io) whose APIService must be Available.

@@ -31,6 +31,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - k8sgpu.nvidia.attributes
   - k8sgpu.nvidia.k8s_auth
+  - k8sgpu.nvidia.k8s_request
 attributes:
   check_mode:
     support: partial

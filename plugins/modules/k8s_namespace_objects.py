@@ -34,6 +34,7 @@ extends_documentation_fragment:
   - k8sgpu.nvidia.attributes
   - k8sgpu.nvidia.attributes.read_only
   - k8sgpu.nvidia.k8s_auth
+  - k8sgpu.nvidia.k8s_request
 options:
   namespace:
     description: The namespace to list. Required with O(kinds).

@@ -1,10 +1,17 @@
-"""Faults in the middle of the maintenance window (issue 36): the controller killed between cordon and uncordon.
+"""Faults in the middle of the Kubernetes half (issue 36): the controller killed, or the API server stopped, between
+cordon and uncordon; the API server stopped during kubernetes.yml.
 
 On the lab's real API server, with kwok GPU Nodes and the throwaway host container of test_maintenance_safety.py
 (whose fixtures and helpers this file uses): playbooks/upgrade.yml, and host.yml's drain path
 (k8sgpu_drain_before_restart), are killed with SIGKILL while the drain of a cordoned Node waits on a
 PodDisruptionBudget; a plain re-run, once the budget allows, must give the Node back (the maintenance record on the
 Node tells it the cordon was this collection's), while a Node a person cordoned before the run stays cordoned.
+
+The API server (k8sgpu_testlib.control_plane: the lab's kube-apiserver process) is stopped two ways: paused with
+SIGSTOP, so that it accepts connections and answers nothing (an overloaded server, a path that drops packets), during
+upgrade.yml's drain; and killed with SIGKILL during kubernetes.yml, then started again (its supervisor's part). The
+controller-manager and scheduler that lose their leader lease meanwhile exit, as on a real control plane, and are
+started again after each case.
 """
 from __future__ import annotations
 
@@ -15,8 +22,11 @@ import time
 
 import pytest
 
+from kubernetes import client
+
 from ansible_output import recap
-from conftest import LAB_STATE, ROOT
+from conftest import GPU_NODES, LAB_STATE, ROOT, run
+from k8sgpu_testlib.control_plane import Component, ensure_running, wait_ready
 # Fixtures (apis, lab, nodes) and helpers of test_maintenance_safety.py.
 from test_maintenance_safety import (  # noqa: F401  # pylint: disable=unused-import
     ANNOTATION,
@@ -38,13 +48,26 @@ from test_maintenance_safety import (  # noqa: F401  # pylint: disable=unused-im
 RECORD = {ANNOTATION, GPUS_ANNOTATION, HOST_GPUS_ANNOTATION}
 
 
-def start(inv, *extra: str, playbook: str, log) -> subprocess.Popen:
+def start(inv, *extra: str, playbook: str, log, env: dict | None = None) -> subprocess.Popen:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-           "K8SGPU_LAB_STATE": str(LAB_STATE)}
+           "K8SGPU_LAB_STATE": str(LAB_STATE), "PYTHONUNBUFFERED": "1", **(env or {})}
     with log.open("w") as out:
         return subprocess.Popen(["ansible-playbook", "-i", str(inv), playbook, "-e", "k8sgpu_install_driver=false",
                                  "-e", "k8sgpu_install_container_toolkit=false", *extra],
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for_text(log, text: str, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if text in log.read_text():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def flat(out: str) -> str:
+    return " ".join(out.split())
 
 
 @pytest.mark.parametrize("playbook,extra", [
@@ -93,3 +116,135 @@ def test_controller_killed_between_cordon_and_uncordon(apis, nodes, tmp_path, pl
     again = upgrade(inv, *settings, playbook=playbook)
     assert again.returncode == 0 and recap(again.stdout).get("host-k", {}).get("changed") == 0, again.stdout[-3000:]
     assert node_state(core, by_hand)[0] is True
+
+
+def test_api_server_paused_between_cordon_and_uncordon(apis, nodes, tmp_path):
+    """kube-apiserver paused (SIGSTOP) while upgrade.yml's drain waits on a budget: the drain's request gives up after
+    request_timeout (1 s here, K8SGPU_K8S_REQUEST_TIMEOUT) and, the API server back (SIGCONT), the run fails naming
+    the host, the Node and the step; the budget lifted, a plain re-run gives the Node back. Before request_timeout
+    the drain's request waited for ever (the kubernetes client has no timeout)."""
+    core, _apps, policy = apis
+    target = nodes("pause-up", annotations=resumed())
+    app = "guarded-pause"
+    workload(apis, target, app)
+    policy.create_namespaced_pod_disruption_budget(NS, {"metadata": {"name": app}, "spec": {
+        "maxUnavailable": 0, "selector": {"matchLabels": {"app": app}}}})
+    running(core, target, 1)
+    wait_for(lambda: policy.read_namespaced_pod_disruption_budget(app, NS).status.current_healthy == 1,
+             "the budget to see its pod")
+    inv = inventory(tmp_path, {"host-p": target})
+    settings = ("-e", "k8sgpu_max_unavailable=2", "-e", "node_maintenance_drain_timeout=300",
+                "-e", "node_maintenance_drain_retry_delay=1")
+    apiserver = Component("kube-apiserver")
+    log = tmp_path / "paused.log"
+    proc = start(inv, *settings, playbook="playbooks/upgrade.yml", log=log, env={"K8SGPU_K8S_REQUEST_TIMEOUT": "1"})
+    try:
+        wait_for(lambda: proc.poll() is None and node_state(core, target)[0], f"{target} cordoned by the run",
+                 timeout=240)
+        time.sleep(2)  # the drain retries the eviction the budget refuses
+        apiserver.signal(signal.SIGSTOP)
+        paused = time.monotonic()
+        try:
+            gave_up = wait_for_text(log, "Read timed out", timeout=30)
+            took = time.monotonic() - paused
+        finally:
+            apiserver.signal(signal.SIGCONT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        ensure_running()
+        wait_ready(core)
+    out = flat(log.read_text())
+    assert gave_up, f"the drain did not give up on the paused API server in 30 s: {out[-3000:]}"
+    assert took < 8, took  # one eviction (POST, 1 s) or a read retried by urllib3 (4 x 1 s), after the retry delay
+    assert proc.returncode != 0, out[-3000:]
+    assert f"host-p (Node {target}): step 'drain' failed" in out, out[-3000:]
+    assert "Read timed out" in out and f"Node {target} now: cordoned" in out, out[-3000:]
+    unschedulable, annotations = node_state(core, target)
+    assert unschedulable and RECORD <= set(annotations), annotations
+
+    policy.delete_namespaced_pod_disruption_budget(app, NS)
+    res = upgrade(inv, *settings)
+    assert res.returncode == 0, res.stdout[-4000:]
+    unschedulable, annotations = node_state(core, target)
+    assert not unschedulable and not RECORD & set(annotations), annotations
+
+
+# ---------------------------------------------------------------- kube-apiserver killed during kubernetes.yml
+
+SITE_LABEL = ("example.com/owner", "ml-platform")  # the site's own label on a GPU Node: never lost
+
+
+def cluster_digest(core, apps) -> dict:
+    """What kubernetes.yml manages, as the API server holds it: each lab Node's labels, taints, annotations and
+    unschedulable flag; the device plugin's DaemonSet (spec) and ConfigMap (data) in kube-system."""
+    digest = {}
+    for node in core.list_node().items:
+        if node.metadata.name.startswith(GPU_NODES[0].rsplit("-gpu-", 1)[0]):
+            digest[f"node/{node.metadata.name}"] = {
+                "labels": node.metadata.labels, "annotations": node.metadata.annotations,
+                "taints": sorted(f"{t.key}={t.value}:{t.effect}" for t in node.spec.taints or []),
+                "unschedulable": bool(node.spec.unschedulable)}
+    for ds in apps.list_namespaced_daemon_set("kube-system").items:
+        digest[f"daemonset/{ds.metadata.name}"] = client.ApiClient().sanitize_for_serialization(ds.spec)
+    for cm in core.list_namespaced_config_map("kube-system").items:
+        if cm.metadata.name.startswith("nvidia-device-plugin"):
+            digest[f"configmap/{cm.metadata.name}"] = cm.data
+    return digest
+
+
+def kubernetes_yml(*extra: str) -> subprocess.CompletedProcess:
+    return run(["ansible-playbook", "-i", "inventories/lab", "playbooks/kubernetes.yml", *extra],
+               env_extra={"K8SGPU_LAB_STATE": str(LAB_STATE)})
+
+
+def test_api_server_killed_during_kubernetes_yml(apis):
+    """kubernetes.yml from a cluster without the device plugin: kube-apiserver killed when the run reaches the
+    device plugin (the Nodes labelled already), so the run fails there, naming the task and the API server; started
+    again, a plain re-run converges to the state of a run without the fault (cluster_digest), the site's own label
+    kept. (kubernetes.yml's second run changing nothing: test_site.py.)"""
+    core, apps, _policy = apis
+    core.patch_node(GPU_NODES[0], {"metadata": {"labels": {SITE_LABEL[0]: SITE_LABEL[1]}}})
+    try:
+        reference = kubernetes_yml()
+        assert reference.returncode == 0, reference.stdout[-4000:]
+        expected = cluster_digest(core, apps)
+        assert "daemonset/nvidia-device-plugin-daemonset" in expected, sorted(expected)
+
+        apps.delete_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")
+        apiserver = Component("kube-apiserver")
+        log = LAB_STATE / "faults-k8s-apiserver-killed.log"
+        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+               "K8SGPU_LAB_STATE": str(LAB_STATE), "PYTHONUNBUFFERED": "1"}
+        with log.open("w") as out:
+            proc = subprocess.Popen(["ansible-playbook", "-i", "inventories/lab", "playbooks/kubernetes.yml"],
+                                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            reached = wait_for_text(log, "TASK [k8sgpu.nvidia.device_plugin : ", timeout=120)
+            apiserver.stop()
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+            ensure_running()
+            wait_ready(core)
+        text = log.read_text()
+        assert reached, text[-3000:]
+        assert proc.returncode != 0, text[-3000:]
+        failed = text[text.rfind("TASK [", 0, text.find("fatal: [")):]
+        # The device plugin's task, or the private role _k8s's that applies its objects, names the host, the object
+        # and the API server.
+        assert failed.startswith(("TASK [k8sgpu.nvidia.device_plugin : ", "TASK [k8sgpu.nvidia._k8s : ")), failed[:3000]
+        assert "fatal: [localhost]" in failed and "nvidia-device-plugin" in failed, failed[:3000]
+        assert "Connection refused" in failed and "127.0.0.1" in failed, failed[:3000]
+
+        again = kubernetes_yml()
+        assert again.returncode == 0, again.stdout[-4000:]
+        assert cluster_digest(core, apps) == expected
+        assert core.read_node(GPU_NODES[0]).metadata.labels.get(SITE_LABEL[0]) == SITE_LABEL[1]
+    finally:
+        ensure_running()
+        core.patch_node(GPU_NODES[0], {"metadata": {"labels": {SITE_LABEL[0]: None}}})
