@@ -22,6 +22,7 @@ check after it failed), returned (healthy again: taint removed, the Node uncordo
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 STATUSES = ("healthy", "degraded", "needs_reset", "needs_reboot", "replace")
@@ -244,3 +245,24 @@ def record_after(plan_result: dict, *, state: str, reason: str, now: str, health
         reason=reason, cordoned=bool(current.get("cordoned")) if cordoned is None else cordoned,
         gpus=[] if state == "returned" else gpus, now=now, recovered=recovered)
     return {"record": record, "annotation": encode(record), "differs": changed, "status": status, "gpus": gpus}
+
+
+def window_hosts(hosts: Any, hostvars: Any, plan_var: str = "_gpu_health_plan") -> list[str]:
+    """The hosts of ``hosts`` whose plan (host variable plan_var) needs the serial play: those healthy again to check
+    and return (action return_verify) first, then the others, each part in the order of ``hosts`` (the play's, that is
+    the inventory's). A host without a plan (its run ended before one, or it failed) is left out.
+
+    The play's order decides which Node takes the fleet's limit when two wait for it; a group built with group_by
+    holds its hosts in the order their results came back, which differs from run to run."""
+    if isinstance(hosts, (str, Mapping)) or not isinstance(hosts, Sequence):
+        raise GpuHealthPlanError(f"gpu_health_window_hosts expects a list of inventory hosts, got {hosts!r}")
+    returning, others = [], []
+    for host in hosts:
+        try:
+            found = hostvars[host].get(plan_var)
+        except KeyError:
+            raise GpuHealthPlanError(f"gpu_health_window_hosts: {host} is not in the inventory") from None
+        if not isinstance(found, Mapping) or not found.get("window"):
+            continue
+        (returning if found.get("action") == "return_verify" else others).append(host)
+    return returning + others

@@ -7,6 +7,8 @@ Modules:
     lab_node             node_inventory(): the inventory of one lab node container as the GPU host
     gke_contract_server  an HTTP server that answers the GKE v1 API, parsing requests into google-cloud-container types
     k8s_api              ignore_404(): a Kubernetes client call where a 404 (already gone) is success
+    gpu_health_lab       the GPU health stand-ins on the lab's GPU hosts, and the alert chain to ansible-rulebook
+    control_plane        the lab's control-plane processes stopped, paused and started again (kwok.yaml's commands)
 
 How it is imported (``from k8sgpu_testlib.scale_from_zero import FakeAutoscaler``), without sys.path edits in the
 files that use it:

@@ -211,3 +211,20 @@ def test_a_record_that_is_not_json_is_rewritten(read):
 def test_bad_values_are_refused(read, kwargs, text):
     with pytest.raises(gp.GpuHealthPlanError, match=text):
         gp.plan(read(None), node(), **kwargs)
+
+
+def test_window_hosts_in_the_given_order_those_to_return_first():
+    """The window play takes hosts in this order: the one that takes the fleet's limit is the first in the inventory
+    (group_by's order was the order results came back in, which made it differ from run to run)."""
+    plans = {"gpu-1": {"window": True, "action": "recover"}, "gpu-2": {"window": True, "action": "quarantine"},
+             "gpu-3": {"window": False, "action": "record"}, "gpu-4": {"window": True, "action": "return_verify"},
+             "gpu-5": {}}
+    hostvars = {host: ({"_gpu_health_plan": plan} if plan else {"other": 1}) for host, plan in plans.items()}
+    hosts = ["gpu-2", "gpu-1", "gpu-3", "gpu-4", "gpu-5"]
+    assert gp.window_hosts(hosts, hostvars) == ["gpu-4", "gpu-2", "gpu-1"]
+    assert gp.window_hosts(sorted(hosts), hostvars) == ["gpu-4", "gpu-1", "gpu-2"]
+    assert gp.window_hosts([], hostvars) == []
+    with pytest.raises(gp.GpuHealthPlanError, match="gpu-9 is not in the inventory"):
+        gp.window_hosts(["gpu-9"], hostvars)
+    with pytest.raises(gp.GpuHealthPlanError, match="expects a list of inventory hosts"):
+        gp.window_hosts("gpu-1", hostvars)
