@@ -70,7 +70,8 @@ class Component:
         with self.log_file.open("ab") as log:
             proc = subprocess.Popen(self.argv, cwd=self.work_dir, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        self.pid_file.write_text(f"{proc.pid}\n")
+        # Digits alone: kwokctl (strconv.Atoi) cannot read a pid with a newline after it, and then stops nothing.
+        self.pid_file.write_text(str(proc.pid))
 
 
 def _zombie(pid: int) -> bool:
