@@ -27,6 +27,7 @@ from kubernetes import client
 from ansible_output import recap
 from conftest import GPU_NODES, LAB_STATE, ROOT, run
 from k8sgpu_testlib.control_plane import Component, ensure_running, wait_ready
+from test_upgrade import flat
 # Fixtures (apis, lab, nodes) and helpers of test_maintenance_safety.py.
 from test_maintenance_safety import (  # noqa: F401  # pylint: disable=unused-import
     ANNOTATION,
@@ -48,13 +49,28 @@ from test_maintenance_safety import (  # noqa: F401  # pylint: disable=unused-im
 RECORD = {ANNOTATION, GPUS_ANNOTATION, HOST_GPUS_ANNOTATION}
 
 
-def start(inv, *extra: str, playbook: str, log, env: dict | None = None) -> subprocess.Popen:
+def start_playbook(args: list[str], log, env: dict | None = None) -> subprocess.Popen:
+    """ansible-playbook ARGS in the background, in a session of its own (killed as a group), its output in log."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
            "K8SGPU_LAB_STATE": str(LAB_STATE), "PYTHONUNBUFFERED": "1", **(env or {})}
     with log.open("w") as out:
-        return subprocess.Popen(["ansible-playbook", "-i", str(inv), playbook, "-e", "k8sgpu_install_driver=false",
-                                 "-e", "k8sgpu_install_container_toolkit=false", *extra],
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(["ansible-playbook", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def start(inv, *extra: str, playbook: str, log, env: dict | None = None) -> subprocess.Popen:
+    return start_playbook(["-i", str(inv), playbook, "-e", "k8sgpu_install_driver=false",
+                           "-e", "k8sgpu_install_container_toolkit=false", *extra], log, env)
+
+
+def end_with_the_control_plane_back(proc: subprocess.Popen, core) -> None:
+    """The run killed if it still runs; every control-plane process running (started again where a case stopped it
+    or it exited) and the API server ready."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    ensure_running()
+    wait_ready(core)
 
 
 def wait_for_text(log, text: str, timeout: float) -> bool:
@@ -64,10 +80,6 @@ def wait_for_text(log, text: str, timeout: float) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-def flat(out: str) -> str:
-    return " ".join(out.split())
 
 
 @pytest.mark.parametrize("playbook,extra", [
@@ -151,11 +163,7 @@ def test_api_server_paused_between_cordon_and_uncordon(apis, nodes, tmp_path):
             apiserver.signal(signal.SIGCONT)
         proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        ensure_running()
-        wait_ready(core)
+        end_with_the_control_plane_back(proc, core)
     out = flat(log.read_text())
     assert gave_up, f"the drain did not give up on the paused API server in 30 s: {out[-3000:]}"
     assert took < 8, took  # one eviction (POST, 1 s) or a read retried by urllib3 (4 x 1 s), after the retry delay
@@ -216,21 +224,13 @@ def test_api_server_killed_during_kubernetes_yml(apis):
         apps.delete_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")
         apiserver = Component("kube-apiserver")
         log = LAB_STATE / "faults-k8s-apiserver-killed.log"
-        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-               "K8SGPU_LAB_STATE": str(LAB_STATE), "PYTHONUNBUFFERED": "1"}
-        with log.open("w") as out:
-            proc = subprocess.Popen(["ansible-playbook", "-i", "inventories/lab", "playbooks/kubernetes.yml"],
-                                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = start_playbook(["-i", "inventories/lab", "playbooks/kubernetes.yml"], log)
         try:
             reached = wait_for_text(log, "TASK [k8sgpu.nvidia.device_plugin : ", timeout=120)
             apiserver.stop()
             proc.wait(timeout=120)
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-            ensure_running()
-            wait_ready(core)
+            end_with_the_control_plane_back(proc, core)
         text = log.read_text()
         assert reached, text[-3000:]
         assert proc.returncode != 0, text[-3000:]

@@ -288,8 +288,10 @@ class BootIDs:
 
     def _run(self) -> None:
         while not self.stopped:
-            started = restarts(self.host)[1] if subprocess.run(
-                ["docker", "inspect", self.host], capture_output=True, check=False).returncode == 0 else self.started
+            try:
+                started = restarts(self.host)[1]
+            except subprocess.CalledProcessError:  # Docker busy with the restart: look again
+                started = self.started
             if started != self.started:
                 self.started = started
                 self._set(started)
