@@ -62,6 +62,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_ownership import earlier_writes
+
 
 def _plain(value: Any) -> Any:
     """A copy made of plain dicts and lists. Not copy.deepcopy: Ansible hands filters its lazy containers, whose deep
@@ -95,8 +97,8 @@ def take_over_fields(managed_fields: Any, managers: Sequence[str], manager: str)
     if isinstance(managed_fields, (str, Mapping)) or not isinstance(managed_fields, Sequence):
         raise AnsibleFilterError(f"take_over_fields expects an object's metadata.managedFields (a list), got {managed_fields!r}")
     entries = [dict(e) for e in managed_fields]
-    legacy = [e for e in entries
-              if e.get("manager") in managers and e.get("operation") == "Update" and not e.get("subresource")]
+    # Which entries: the same decision the module k8s_namespace_objects makes when it names the objects to hand over.
+    legacy = earlier_writes(entries, managers)
     if not legacy:
         return list(managed_fields)
     ours = next((e for e in entries if e.get("manager") == manager and e.get("operation") == "Apply"

@@ -4,12 +4,12 @@
 operator), so that the private role _k8s neither takes it over (server-side apply with conflicts forced) nor
 deletes it (state=absent deletes by name) unless asked.
 
-Not a public API. foreign_owner is pure and unit-tested; the module k8s_namespace_objects reads the live objects
-and calls it.
+Not a public API. foreign_owner and earlier_writes are pure and unit-tested; the module k8s_namespace_objects reads
+the live objects and calls them (earlier_writes also the filter take_over_fields).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 FIELD_MANAGER = "k8sgpu.nvidia"
@@ -58,6 +58,18 @@ def foreign_owner(obj: Any, field_manager: str = FIELD_MANAGER, take_over_manage
         names = sorted({str(e.get("manager")) for e in others})
         return f"it was created by another field manager ({', '.join(names)}), never applied by {field_manager}"
     return None
+
+
+def earlier_writes(managed_fields: Any, managers: Iterable[str]) -> list[Mapping]:
+    """The entries of managed_fields (an object's metadata.managedFields) in which one of managers wrote the main
+    resource with an Update (a merge patch, a PUT): fields server-side apply never removes while another manager
+    holds them. A subresource's entries (a controller's status) are not. The private role _k8s hands them to its
+    field manager once (filter take_over_fields) for its _k8s_take_over_managers."""
+    wanted = set(managers or ())
+    if not wanted or isinstance(managed_fields, (str, Mapping)) or not isinstance(managed_fields, Sequence):
+        return []
+    return [e for e in managed_fields if isinstance(e, Mapping) and e.get("manager") in wanted
+            and e.get("operation") == "Update" and not e.get("subresource")]
 
 
 def describe(obj: Mapping) -> str:

@@ -27,6 +27,12 @@ description:
   - With O(objects), also tells which of their namespaces do not exist (RV(missing_namespaces)), in the same call -
     in check mode the API server cannot dry-run an object whose namespace is still to be created, and C(_k8s) reports
     those objects instead of applying them.
+  - In the same call (since 1.2.0), for the private role C(_k8s) before it writes anything - the Namespace O(namespace)
+    as it is (RV(live_namespace)), which of the objects' kinds the API server serves (RV(served); a kind whose CRD
+    is not installed has nothing to delete), which objects the collection's earlier writers
+    O(take_over_managers) still hold fields of (RV(take_over)), and which of the CRDs O(crds) are not established
+    (RV(missing_crds)). One module run instead of one per read, each of which pays for starting Python and the
+    Kubernetes client.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
@@ -37,12 +43,14 @@ extends_documentation_fragment:
   - k8sgpu.nvidia.k8s_request
 options:
   namespace:
-    description: The namespace to list. Required with O(kinds).
+    description:
+      - The namespace to list. Required with O(kinds).
+      - With O(objects) or O(crds), a namespace to read as well (RV(live_namespace)), whether or not an object is in it.
     type: str
   kinds:
     description:
       - The kinds to list, each by API version and kind, as the Kubernetes API names them.
-      - One of O(kinds) and O(objects) is required.
+      - One of O(kinds), O(objects) and O(crds) is required.
     type: list
     elements: dict
     suboptions:
@@ -70,6 +78,8 @@ options:
     description:
       - With O(objects), field managers that count as O(field_manager) (the collection's own earlier writers, such as
         C(OpenAPI-Generator), the API server's name for the Python client the device_plugin role merge-patched with).
+      - With O(state=present), the objects whose main resource one of them still holds fields of (an C(Update) entry
+        in C(metadata.managedFields)) are returned in RV(take_over).
     type: list
     elements: str
     default: []
@@ -85,17 +95,27 @@ options:
     default: _k8s
     version_added: 1.1.0
   state:
-    description: With O(fail_on_foreign), what the caller would do to the objects (the message says take over or delete).
+    description:
+      - With O(fail_on_foreign), what the caller would do to the objects (the message says take over or delete).
+      - RV(take_over) is looked for with V(present) only.
     type: str
     choices: [present, absent]
     default: present
     version_added: 1.1.0
+  crds:
+    description:
+      - Names of CustomResourceDefinitions (C(servicemonitors.monitoring.coreos.com)) to look up; those that do not
+        exist or whose C(Established) condition is not C(True) are returned in RV(missing_crds).
+    type: list
+    elements: str
+    version_added: 1.2.0
 requirements:
   - kubernetes >= 24.2.0 (Python)
   - kubernetes.core (its authentication and API client)
 notes:
   - Needs C(list) on each kind in the namespace (RBAC); a kind it may not list fails the task, naming the kind.
-    With O(objects), C(get) on each object.
+    With O(objects), C(get) on each object and on their namespaces (and O(namespace)); with O(crds), C(get) on
+    those CustomResourceDefinitions.
 """
 
 EXAMPLES = r"""
@@ -117,6 +137,12 @@ EXAMPLES = r"""
     objects: "{{ rendered_objects }}"
     fail_on_foreign: true
     owner: dcgm_exporter
+
+- name: Is the Prometheus Operator's ServiceMonitor CRD established?
+  k8sgpu.nvidia.k8s_namespace_objects:
+    crds: [servicemonitors.monitoring.coreos.com]
+  register: crd
+  # crd.missing_crds is [] when it is
 """
 
 RETURN = r"""
@@ -163,6 +189,45 @@ missing_namespaces:
   elements: str
   version_added: 1.1.0
   sample: [gpu-monitoring]
+live_namespace:
+  description:
+    - With O(objects) or O(crds) and O(namespace), the Namespace O(namespace) as the API server returned it; none when
+      it does not exist.
+  returned: with O(objects) or O(crds), and O(namespace)
+  type: dict
+  version_added: 1.2.0
+  sample:
+    apiVersion: v1
+    kind: Namespace
+    metadata: {name: gpu-monitoring, annotations: {k8sgpu.nvidia/created-by: dcgm_exporter}}
+served:
+  description:
+    - With O(objects), those whose kind the API server serves, in their order, each with only C(apiVersion), C(kind)
+      and C(metadata.name) and C(metadata.namespace) - what a deletion needs. A kind whose CRD is not installed has
+      no object to delete.
+  returned: with O(objects)
+  type: list
+  elements: dict
+  version_added: 1.2.0
+  sample: [{apiVersion: v1, kind: ConfigMap, metadata: {name: dcgm-exporter-metrics, namespace: gpu-monitoring}}]
+take_over:
+  description:
+    - With O(objects), O(take_over_managers) and O(state=present), the objects that exist and whose main resource one
+      of O(take_over_managers) holds fields of (an C(Update) entry of C(metadata.managedFields) without a
+      subresource), in their order, each with C(apiVersion), C(kind) and C(metadata) holding C(name), C(namespace),
+      C(resourceVersion) and C(managedFields) - what a JSON patch of C(/metadata/managedFields) needs to hand those
+      fields to O(field_manager) (filter P(k8sgpu.nvidia.take_over_fields#filter)).
+  returned: with O(objects)
+  type: list
+  elements: dict
+  version_added: 1.2.0
+missing_crds:
+  description: With O(crds), those that do not exist or are not established, in their order.
+  returned: with O(crds)
+  type: list
+  elements: str
+  version_added: 1.2.0
+  sample: [servicemonitors.monitoring.coreos.com]
 """
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
@@ -171,7 +236,12 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
     k8s_module,
     raw_json,
 )
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_ownership import describe, foreign_owner, refusal
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_ownership import (
+    describe,
+    earlier_writes,
+    foreign_owner,
+    refusal,
+)
 
 try:
     from kubernetes.dynamic.exceptions import ResourceNotFoundError
@@ -216,47 +286,96 @@ def list_kinds(api, namespace: str, kinds: list) -> list:
     return results
 
 
-def read_object(api, obj: dict) -> dict | None:
-    """The live object named as obj is (apiVersion, kind, metadata.name/namespace); None when there is none (or its
-    kind is not served). Raises RuntimeError naming the object on an API error."""
+def read_live(api, obj: dict) -> tuple[bool, dict | None]:
+    """(whether the API server serves obj's kind, the live object named as obj is - apiVersion, kind,
+    metadata.name/namespace - or None when there is none). Raises RuntimeError naming the object on an API error."""
     meta = obj.get("metadata") or {}
     try:
         resource = api.resources.get(api_version=obj.get("apiVersion"), kind=obj.get("kind"))
     except ResourceNotFoundError:
-        return None
+        return False, None
     namespace = meta.get("namespace") if getattr(resource, "namespaced", True) else None
     try:
-        return api.request("get", resource.path(name=meta.get("name"), namespace=namespace), serializer=raw_json)
+        return True, api.request("get", resource.path(name=meta.get("name"), namespace=namespace), serializer=raw_json)
     except Exception as exc:  # the dynamic client's ApiException and connection errors
         if getattr(exc, "status", None) == 404:
-            return None
+            return True, None
         raise RuntimeError(f"reading {describe(obj)}: {api_error_message(exc)}") from exc
+
+
+def read_object(api, obj: dict) -> dict | None:
+    """The live object named as obj is (apiVersion, kind, metadata.name/namespace); None when there is none (or its
+    kind is not served). Raises RuntimeError naming the object on an API error."""
+    return read_live(api, obj)[1]
+
+
+def _identity(obj: dict, live: dict | None = None, extra: tuple = ()) -> dict:
+    """apiVersion, kind and metadata name and namespace (and the extra metadata keys, from the live object)."""
+    meta = obj.get("metadata") or {}
+    out = {"name": meta.get("name")}
+    if meta.get("namespace"):
+        out["namespace"] = meta["namespace"]
+    live_meta = (live or {}).get("metadata") or {}
+    out.update({k: live_meta[k] for k in extra if k in live_meta})
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": out}
+
+
+def inspect_objects(api, objects: list, field_manager: str, take_over_managers: list, look_for_take_over: bool = True
+                    ) -> dict:
+    """One read of each object: {"foreign": [(object, why)] (_k8s_ownership.foreign_owner), "served": the objects
+    whose kind is served (_identity), "take_over": with look_for_take_over, the live objects take_over_managers hold
+    fields of (_k8s_ownership.earlier_writes; _identity with resourceVersion and managedFields)}."""
+    found, served, take_over = [], [], []
+    for obj in objects:
+        if not isinstance(obj, dict) or not (obj.get("metadata") or {}).get("name"):
+            raise RuntimeError(f"{obj!r} is not an object with apiVersion, kind and metadata.name")
+        is_served, live = read_live(api, obj)
+        if is_served:
+            served.append(_identity(obj))
+        why = foreign_owner(live, field_manager, take_over_managers)
+        if why:
+            found.append((obj, why))
+        managed_fields = ((live or {}).get("metadata") or {}).get("managedFields")
+        if look_for_take_over and earlier_writes(managed_fields, take_over_managers):
+            take_over.append(_identity(obj, live, ("resourceVersion", "managedFields")))
+    return {"foreign": found, "served": served, "take_over": take_over}
 
 
 def foreign_objects(api, objects: list, field_manager: str, take_over_managers: list) -> list[tuple[dict, str]]:
     """(object, why) for each of objects that exists and belongs to another manager (_k8s_ownership.foreign_owner)."""
-    found = []
-    for obj in objects:
-        if not isinstance(obj, dict) or not (obj.get("metadata") or {}).get("name"):
-            raise RuntimeError(f"{obj!r} is not an object with apiVersion, kind and metadata.name")
-        why = foreign_owner(read_object(api, obj), field_manager, take_over_managers)
-        if why:
-            found.append((obj, why))
-    return found
+    return inspect_objects(api, objects, field_manager, take_over_managers)["foreign"]
 
 
-def missing_namespaces(api, objects: list) -> list:
-    """The namespaces the objects' metadata.namespace names that do not exist, in order, each once."""
+def read_namespaces(api, objects: list, also: str | None = None) -> tuple[list, dict]:
+    """(the namespaces the objects' metadata.namespace names that do not exist, in order, each once; {name: the live
+    Namespace or None} of those and of also). Each namespace is read once."""
     named = []
     for obj in objects:
         namespace = (obj.get("metadata") or {}).get("namespace") if isinstance(obj, dict) else None
         if namespace and namespace not in named:
             named.append(namespace)
-    missing = []
-    for namespace in named:
-        if read_object(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}) is None:
-            missing.append(namespace)
-    return missing
+    live = {}
+    for namespace in named + ([also] if also and also not in named else []):
+        live[namespace] = read_object(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    return [n for n in named if live[n] is None], live
+
+
+def missing_namespaces(api, objects: list) -> list:
+    """The namespaces the objects' metadata.namespace names that do not exist, in order, each once."""
+    return read_namespaces(api, objects)[0]
+
+
+def crd_established(crd: dict | None) -> bool:
+    """Whether a live CustomResourceDefinition's Established condition is True (the API server serves its kind)."""
+    conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+    return any(isinstance(c, dict) and c.get("type") == "Established" and c.get("status") == "True"
+               for c in conditions)
+
+
+def missing_crds(api, names: list) -> list:
+    """Those of the CRD names that do not exist or are not established, in order."""
+    return [name for name in names if not crd_established(read_object(api, {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": name}}))]
 
 
 def main():
@@ -273,24 +392,34 @@ def main():
             fail_on_foreign=dict(type="bool", default=False),
             owner=dict(type="str", default="_k8s"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
+            crds=dict(type="list", elements="str"),
         ),
-        required_one_of=[("kinds", "objects")],
-        mutually_exclusive=[("kinds", "objects")],
+        required_one_of=[("kinds", "objects", "crds")],
+        mutually_exclusive=[("kinds", "objects"), ("kinds", "crds")],
         required_by={"kinds": "namespace"},
         supports_check_mode=True,
     )
     p = module.params
     api = dynamic_client(module)
-    if p["objects"] is not None:
+    if p["objects"] is not None or p["crds"] is not None:
+        objects = p["objects"] or []
+        result = {}
         try:
-            found = foreign_objects(api, p["objects"], p["field_manager"], p["take_over_managers"])
-            missing = missing_namespaces(api, p["objects"])
+            # The objects first: their reads name them when the API server does not answer.
+            seen = inspect_objects(api, objects, p["field_manager"], p["take_over_managers"], p["state"] == "present")
+            missing, live = read_namespaces(api, objects, p["namespace"])
+            if p["crds"] is not None:
+                result["missing_crds"] = missing_crds(api, p["crds"])
         except RuntimeError as exc:
             module.fail_json(msg=f"Could not read the objects: {exc}")
-        foreign = [{"object": describe(obj), "reason": why} for obj, why in found]
-        if found and p["fail_on_foreign"]:
-            module.fail_json(msg=refusal(found, p["owner"], p["state"]), foreign=foreign, missing_namespaces=missing)
-        module.exit_json(changed=False, foreign=foreign, missing_namespaces=missing)
+        if p["objects"] is not None:
+            result.update(foreign=[{"object": describe(obj), "reason": why} for obj, why in seen["foreign"]],
+                          missing_namespaces=missing, served=seen["served"], take_over=seen["take_over"])
+        if p["namespace"]:
+            result["live_namespace"] = live[p["namespace"]]
+        if seen["foreign"] and p["fail_on_foreign"]:
+            module.fail_json(msg=refusal(seen["foreign"], p["owner"], p["state"]), **result)
+        module.exit_json(changed=False, **result)
     try:
         results = list_kinds(api, p["namespace"], p["kinds"])
     except RuntimeError as exc:
