@@ -281,8 +281,8 @@ molecule: $(MOLECULE_NEEDS)  ## molecule scenarios on the lab's Debian images
 # Lab test files that touch no Kubernetes object and no lab node: each works in node containers of its own
 # (lab.sh node, docker run) or on local files. They run in a second pytest beside the others, which are mostly one
 # ansible-playbook at a time on one CPU (docs/development.md); their output is shown when both end.
-# LAB_BESIDE_FILES= runs every file in one pytest. test_faults_host.py (three host.yml runs with DKMS builds on a GPU
-# host of its own, 16-17 min here with other lab tests beside) goes last: by then the lab tests have started and the side steps, at nice 19,
+# LAB_BESIDE_FILES= runs every file in one pytest. test_faults_host.py (four host.yml runs with DKMS builds on a GPU
+# host of its own and five short ones, about 20 min here with other lab tests beside, 2026-12-06) goes last: by then the lab tests have started and the side steps, at nice 19,
 # give it their CPU time rather than the lab tests theirs.
 LAB_BESIDE_FILES ?= test_container_toolkit_site.py test_driver_flavour.py test_trust_proxy_keys.py \
   test_container_runtime_config.py test_faults_host.py

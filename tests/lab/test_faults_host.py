@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -33,10 +34,12 @@ HOST = f"{LAB_NAME}-fault-1"
 PLAYBOOK = "playbooks/host.yml"
 # The files the host half manages on a Debian 12 GPU host with Docker and containerd, and the directories whose
 # listing shows a temporary or backup file left beside them.
-MANAGED = ("/etc/docker/daemon.json", "/etc/containerd/config.toml", "/etc/nvidia-container-runtime/config.toml",
+MANAGED = ("/etc/docker/daemon.json", "/etc/containerd/config.toml", "/etc/containerd/conf.d/*",
+           "/etc/nvidia-container-runtime/config.toml",
            "/etc/modprobe.d/*nvidia*", "/etc/modprobe.d/*nouveau*", "/etc/apt/sources.list.d/*",
            "/etc/apt/preferences.d/*", "/etc/apt/keyrings/*", "/usr/share/keyrings/*nvidia*", "/etc/cdi/*")
-WATCHED_DIRS = ("/etc/docker", "/etc/containerd", "/etc/nvidia-container-runtime", "/etc/apt/sources.list.d",
+WATCHED_DIRS = ("/etc/docker", "/etc/containerd", "/etc/containerd/conf.d", "/etc/nvidia-container-runtime",
+                "/etc/apt/sources.list.d",
                 "/etc/modprobe.d")
 # The packages of the driver and the toolkit (and what DKMS needs), with their versions and holds.
 PACKAGES = r"^(nvidia|libnvidia|libcuda|firmware-nvidia|dkms|gcc|linux-headers)"
@@ -44,6 +47,8 @@ PACKAGES = r"^(nvidia|libnvidia|libcuda|firmware-nvidia|dkms|gcc|linux-headers)"
 SITE_KEY = {"log-level": "warn"}
 # The converged host of the reference run, committed: where a case needs a converged host to begin from.
 CONVERGED_IMAGE = f"k8sgpu-lab/{LAB_NAME}-fault-converged:{os.getpid()}"
+# What the gpu-host image has before any run, read by the reference: containerd's main file (Debian's).
+FRESH: dict[str, str] = {}
 
 DIGEST = rf"""
 set -u
@@ -80,6 +85,17 @@ def start_host() -> None:
                   f"d.update({SITE_KEY!r})\nopen(p,'w').write(json.dumps(d, indent=2))\nEOF\nsystemctl restart docker")
 
 
+def start_converged(*run_args: str) -> None:
+    """The converged host of the reference run, started again (with docker run's ``run_args``), Docker running."""
+    subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
+    cp = run(["lab/lab.sh", "node", "--gpu-host", HOST, "bookworm", CONVERGED_IMAGE,
+              *(("--", *run_args) if run_args else ())], timeout=300)
+    # Docker cannot start from an empty /etc/docker on the container's overlayfs (a case writes daemon.json next).
+    assert cp.returncode == 0 or "docker" in cp.stderr, cp.stderr[-2000:]
+    # /var/lib/docker/runtimes of the committed image lies on a lower layer that dockerd cannot rename.
+    node_sh(HOST, "rm -rf /var/lib/docker/runtimes; systemctl reset-failed; systemctl restart docker || true")
+
+
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory):
     path = tmp_path_factory.mktemp("faults") / "hosts.yml"
@@ -90,7 +106,9 @@ def inventory(tmp_path_factory):
     subprocess.run(["docker", "rmi", CONVERGED_IMAGE], capture_output=True, check=False)
 
 
-def host_yml(inventory: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+# A hang guard, not a figure: a first run with its DKMS builds took more than 900 s here on a cold machine with every
+# other step of make test beside it (2026-12-06), 226 s alone.
+def host_yml(inventory: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
     return run(["ansible-playbook", "-i", "inventories/lab", "-i", str(inventory), "-l", HOST, PLAYBOOK, *args],
                timeout=timeout)
 
@@ -143,6 +161,7 @@ def converge(inventory: Path, case: str = "", *args: str) -> str:
 def reference(inventory):
     """The digest of a run that had no fault, from a host as the gpu-host image has it."""
     start_host()
+    FRESH["containerd"] = node_sh(HOST, "cat /etc/containerd/config.toml")
     digest = converge(inventory, case="reference: host.yml with no fault on a fresh host")
     assert "## unfinished\n## journal\n" in digest, digest
     assert "nvidia-open-kernel-dkms" in digest
@@ -185,6 +204,29 @@ def test_connection_cut_while_another_branch_unpacks_then_a_run_of_the_default_b
     assert daemon_json()["log-level"] == "warn"
 
 
+def test_connection_cut_while_the_runs_own_branch_unpacks(inventory, reference, tmp_path):
+    """The same cut on a fresh host while dpkg unpacks the packages of the branch the run asks for (the default): the
+    re-run finishes them (dpkg --configure -a, then apt for what was not unpacked yet) rather than removing them, and
+    converges."""
+    start_host()
+    log = tmp_path / "faulted.log"
+    proc = start_host_yml(inventory, log)
+    wait_on_host(proc, "dpkg-query -W -f='${Package} ${db:Status-Status}\\n' 'nvidia-*' 'libnvidia-*' 2>/dev/null "
+                       "| grep -q ' unpacked$'", "dpkg unpacking the default branch's packages", log)
+    node_sh(HOST, "pkill -KILL -f '^/usr/bin/(apt-get|dpkg)( |$)'")
+    proc.wait(timeout=300)
+    text = log.read_text()
+    assert proc.returncode != 0, text[-3000:]
+    assert f"fatal: [{HOST}]" in text and "Install the driver packages with apt" in text, text[-3000:]
+    unfinished = node_sh(HOST, "dpkg-query -W -f='${Package} ${db:Status-Status}\\n' "
+                               "| grep -v -e ' installed$' -e not-installed -e config-files || true")
+    assert "nvidia" in unfinished and "tesla" not in unfinished, unfinished
+
+    digest = converge(inventory, "connection cut while the default branch unpacks; re-run")
+    assert digest == reference, diff(reference, digest)
+    assert daemon_json()["log-level"] == "warn"
+
+
 def test_controller_killed_during_the_dkms_build(inventory, reference, tmp_path):
     """The host's apt and DKMS go on after the controller dies; the re-run waits for dpkg's lock and converges."""
     start_host()
@@ -208,16 +250,11 @@ def test_no_space_left_when_daemon_json_is_written(inventory, reference):
     """The converged host, its /etc/docker a full 64 KiB tmpfs, and daemon.json as a site wrote it without nvidia as
     the default runtime: the run fails naming the file, which is left as it was, with no temporary file beside it
     and no backup made; with space again the re-run converges."""
-    subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
-    cp = run(["lab/lab.sh", "node", "--gpu-host", HOST, "bookworm", CONVERGED_IMAGE, "--",
-              "--tmpfs", "/etc/docker:size=64k"], timeout=300)
-    # Docker cannot start from an empty /etc/docker on the container's overlayfs (the test writes daemon.json next).
-    assert cp.returncode == 0 or "docker" in cp.stderr, cp.stderr[-2000:]
+    start_converged("--tmpfs", "/etc/docker:size=64k")
     site = {"storage-driver": "vfs", **SITE_KEY}
     backups = "ls /var/backups/k8sgpu.nvidia/etc/docker 2>/dev/null || true"
-    # /var/lib/docker/runtimes of the committed image lies on a lower layer that dockerd cannot rename.
     node_sh(HOST, f"printf '%s\\n' '{json.dumps(site, indent=2)}' >/etc/docker/daemon.json; "
-                  "rm -rf /var/lib/docker/runtimes; systemctl reset-failed; systemctl restart docker; "
+                  "systemctl reset-failed; systemctl restart docker; "
                   "dd if=/dev/zero of=/etc/docker/.k8sgpu-filler bs=4k 2>/dev/null || true; "
                   "[ $(df --output=avail /etc/docker | tail -n 1) -eq 0 ]")
     before, backups_before = node_sh(HOST, "cat /etc/docker/daemon.json"), node_sh(HOST, backups)
@@ -237,16 +274,26 @@ def test_no_space_left_when_daemon_json_is_written(inventory, reference):
     assert daemon_json()["log-level"] == "warn"
 
 
-class _CutDebs(BaseHTTPRequestHandler):
-    """An apt proxy in front of the lab's: everything relayed, but each .deb cut off in the middle of its body (the
-    headers announce the whole length, half of it comes, then the connection closes)."""
+class _Relay(BaseHTTPRequestHandler):
+    """An apt proxy in front of the lab's: everything relayed, the headers announcing each body's whole length. The
+    first .deb whose path holds ``match`` is faulted after half its body: ``cut`` closes the connection there (every
+    such .deb then), ``stall`` holds the rest until the test sets ``release`` (the server's ``stalled`` is set
+    when it starts holding)."""
     protocol_version = "HTTP/1.0"
     upstream: tuple[str, int] = ("127.0.0.1", 3142)
-    cut: list[str] = []
+    mode = "cut"
+    match = ".deb"
+    faulted: list[str] = []
+    stalled: threading.Event
+    release: threading.Event
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's name)
         conn = http.client.HTTPConnection(*self.upstream, timeout=60)
-        conn.request("GET", self.path, headers={k: v for k, v in self.headers.items() if k.lower() != "connection"})
+        # A request for the lab proxy's own repositories (the toolkit's) goes to it as to a server, not as a proxy.
+        target = urlsplit(self.path)
+        local = target.netloc == "%s:%d" % self.upstream
+        request = (target.path + (f"?{target.query}" if target.query else "")) if local else self.path
+        conn.request("GET", request, headers={k: v for k, v in self.headers.items() if k.lower() != "connection"})
         resp = conn.getresponse()
         body = resp.read()
         self.send_response(resp.status, resp.reason)
@@ -256,11 +303,17 @@ class _CutDebs(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
         self.end_headers()
-        if urlsplit(self.path).path.endswith(".deb") and len(body) > 1:
-            self.cut.append(self.path)
+        path = urlsplit(self.path).path
+        if path.endswith(".deb") and self.match in path and len(body) > 1 and (self.mode == "cut" or not self.faulted):
+            self.faulted.append(self.path)
             self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_RDWR)
+            if self.mode == "cut":
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self.stalled.set()
+            self.release.wait(timeout=300)
+            self.wfile.write(body[len(body) // 2:])
             return
         self.wfile.write(body)
 
@@ -268,25 +321,47 @@ class _CutDebs(BaseHTTPRequestHandler):
         pass
 
 
+class Relay:
+    """_Relay serving on the lab proxy's address, on a port of its own, for the duration of a with block."""
+
+    def __init__(self, mode: str, match: str = ".deb") -> None:
+        lab_proxy = urlsplit((LAB_STATE / "apt-proxy-url").read_text().strip())
+        self.handler = type("Relay", (_Relay,), {
+            "upstream": (lab_proxy.hostname, lab_proxy.port), "mode": mode, "match": match, "faulted": [],
+            "stalled": threading.Event(), "release": threading.Event()})
+        self.server = ThreadingHTTPServer((lab_proxy.hostname, 0), self.handler)
+        self.url = f"http://{lab_proxy.hostname}:{self.server.server_address[1]}"
+        self.host = lab_proxy.hostname
+
+    def __enter__(self) -> Relay:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handler.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def wait_stalled(self, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.handler.stalled.wait(timeout=0.5):
+            if proc.poll() is not None:
+                raise AssertionError(f"host.yml ended (rc {proc.returncode}) before apt fetched a .deb with "
+                                     f"{self.handler.match!r}: {log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise AssertionError(f"apt fetched no .deb with {self.handler.match!r} within {timeout} s")
+
+
 def test_apt_proxy_failing_in_the_middle_of_a_download(inventory, reference):
     """The converged host without nvidia-persistenced (removed by hand, apt's cache emptied): the run that installs
     it again goes through a proxy that cuts the .deb in the middle; it fails naming the host, the step and the
     package apt could not fetch, and leaves dpkg as it was. With the lab's proxy the re-run converges."""
-    subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
-    cp = run(["lab/lab.sh", "node", "--gpu-host", HOST, "bookworm", CONVERGED_IMAGE], timeout=300)
-    assert cp.returncode == 0 or "docker" in cp.stderr, cp.stderr[-2000:]
-    node_sh(HOST, "rm -rf /var/lib/docker/runtimes; systemctl reset-failed; systemctl restart docker; "
-                  "apt-get purge -y -q --allow-change-held-packages nvidia-persistenced >/dev/null; apt-get clean")
-    lab_proxy = urlsplit((LAB_STATE / "apt-proxy-url").read_text().strip())
-    handler = type("CutDebs", (_CutDebs,), {"upstream": (lab_proxy.hostname, lab_proxy.port), "cut": []})
-    server = ThreadingHTTPServer((lab_proxy.hostname, 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        faulted = host_yml(inventory, "-e", f"k8sgpu_apt_proxy=http://{lab_proxy.hostname}:{server.server_address[1]}")
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert handler.cut, "apt fetched no .deb through the failing proxy"
+    start_converged()
+    node_sh(HOST, "apt-get purge -y -q --allow-change-held-packages nvidia-persistenced >/dev/null && apt-get clean")
+    with Relay("cut") as relay:
+        faulted = host_yml(inventory, "-e", f"k8sgpu_apt_proxy={relay.url}")
+    assert relay.handler.faulted, "apt fetched no .deb through the failing proxy"
     out = faulted.stdout
     assert faulted.returncode != 0, out[-3000:]
     assert f"fatal: [{HOST}]" in out and f"{HOST}: installing nvidia-driver" in out, out[-3000:]
@@ -294,4 +369,89 @@ def test_apt_proxy_failing_in_the_middle_of_a_download(inventory, reference):
     assert node_sh(HOST, "dpkg --audit; ls /var/lib/dpkg/updates") == ""
 
     digest = converge(inventory, "apt proxy failing in the middle of a download")
+    assert digest == reference, diff(reference, digest)
+
+
+def test_no_space_left_when_containerds_main_file_is_written(inventory, reference):
+    """The converged host, its /etc/containerd a full 64 KiB tmpfs holding containerd's config.toml as the gpu-host
+    image has it (before any run), conf.d a tmpfs with room: the drop-in is written first, then the main file's
+    imports entry cannot be. The run fails naming the file and the drop-in written before it; config.toml is left as
+    it was, with no temporary file beside it and no backup made, and containerd's default runtime is still runc
+    (nothing imports the drop-in). With space again the re-run converges."""
+    start_converged("--tmpfs", "/etc/containerd:size=64k", "--tmpfs", "/etc/containerd/conf.d:size=1m")
+    backups = "ls /var/backups/k8sgpu.nvidia/etc/containerd 2>/dev/null || true"
+    node_sh(HOST, f"printf '%s' {shlex.quote(FRESH['containerd'])} >/etc/containerd/config.toml; "
+                  "systemctl restart containerd; "
+                  "dd if=/dev/zero of=/etc/containerd/.k8sgpu-filler bs=4k 2>/dev/null || true; "
+                  "[ $(df --output=avail /etc/containerd | tail -n 1) -eq 0 ]")
+    before, backups_before = node_sh(HOST, "cat /etc/containerd/config.toml"), node_sh(HOST, backups)
+
+    faulted = host_yml(inventory)
+    out = faulted.stdout
+    assert faulted.returncode != 0, out[-3000:]
+    # A loop's task (one item per runtime) fails naming the host and the item.
+    assert f"failed: [{HOST}] (item=containerd)" in out and "Add the nvidia runtime to containerd" in out, out[-3000:]
+    assert "Could not write /etc/containerd/config.toml: No space left on device." in out, out[-3000:]
+    assert "Files written before it: ['/etc/containerd/conf.d/99-nvidia.toml']" in out, out[-3000:]
+    assert node_sh(HOST, "cat /etc/containerd/config.toml") == before
+    assert node_sh(HOST, "ls -A /etc/containerd").split() == [".k8sgpu-filler", "conf.d", "config.toml"]
+    assert node_sh(HOST, backups) == backups_before
+    assert 'default_runtime_name = "runc"' in node_sh(HOST, "containerd config dump")
+
+    node_sh(HOST, "rm /etc/containerd/.k8sgpu-filler")
+    digest = converge(inventory, "no space left when containerd's config.toml is written")
+    assert digest == reference, diff(reference, digest)
+
+
+def test_controller_killed_during_the_toolkits_package_install(inventory, reference, tmp_path):
+    """The converged host without the toolkit's packages (purged, apt's cache emptied): ansible-playbook killed while
+    apt on the host fetches nvidia-container-toolkit (a proxy holds the .deb half-sent). apt goes on there once the
+    proxy lets the rest through; the re-run waits for dpkg's lock and converges."""
+    start_converged()
+    node_sh(HOST, "apt-get purge -y -q --allow-change-held-packages nvidia-container-toolkit "
+                  "nvidia-container-toolkit-base >/dev/null && apt-get clean")
+    log = tmp_path / "faulted.log"
+    with Relay("stall", match="nvidia-container-toolkit") as relay:
+        # The lab's toolkit repository is served by its apt proxy and fetched without one (DIRECT): through the relay.
+        proc = start_host_yml(inventory, log, "-e", f"container_toolkit_repo_proxy={relay.url}")
+        relay.wait_stalled(proc, log)
+        assert "Install the toolkit packages with apt" in log.read_text(), log.read_text()[-3000:]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        relay.handler.release.set()
+        # apt, on its own now, fetches the rest and installs.
+        node_sh(HOST, "while pgrep -x apt-get >/dev/null; do sleep 0.5; done", timeout=300)
+    assert "nvidia-container-toolkit" in relay.handler.faulted[0]
+
+    digest = converge(inventory, "controller killed during the toolkit's package install")
+    assert digest == reference, diff(reference, digest)
+    assert daemon_json()["log-level"] == "warn"
+
+
+def test_connection_cut_and_host_frozen_in_the_middle_of_a_download(inventory, reference, tmp_path):
+    """The converged host without nvidia-persistenced: while apt fetches it (a proxy holds the .deb half-sent), the
+    host's network is cut (iptables drops everything to and from the proxy's address), the rest of the .deb is sent
+    into the cut, and the host is frozen (docker pause: the controller's connection to it stalls too) for 10 s, then
+    thawed and its network restored. TCP resends what was lost; the run finishes, and a second run changes nothing."""
+    start_converged()
+    node_sh(HOST, "apt-get purge -y -q --allow-change-held-packages nvidia-persistenced >/dev/null && apt-get clean")
+    log = tmp_path / "faulted.log"
+    with Relay("stall", match="nvidia-persistenced") as relay:
+        proc = start_host_yml(inventory, log, "-e", f"k8sgpu_apt_proxy={relay.url}")
+        relay.wait_stalled(proc, log)
+        cut = f"-s {relay.host} -j DROP; iptables -{{op}} OUTPUT -d {relay.host} -j DROP"
+        node_sh(HOST, "iptables -I INPUT " + cut.format(op="I"))
+        relay.handler.release.set()
+        subprocess.run(["docker", "pause", HOST], check=True, capture_output=True)
+        time.sleep(10)
+        subprocess.run(["docker", "unpause", HOST], check=True, capture_output=True)
+        time.sleep(2)
+        node_sh(HOST, "iptables -D INPUT " + cut.format(op="D"))
+        proc.wait(timeout=600)
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    assert recap(text).get(HOST, {}).get("changed", 0) > 0, text[-3000:]
+    assert node_sh(HOST, f"iptables -S | grep -c -F '{relay.host}/32' || true").strip() == "0"
+
+    digest = converge(inventory, "network cut and host frozen in the middle of a download")
     assert digest == reference, diff(reference, digest)
