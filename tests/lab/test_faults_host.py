@@ -372,18 +372,30 @@ def test_apt_proxy_failing_in_the_middle_of_a_download(inventory, reference):
     assert digest == reference, diff(reference, digest)
 
 
-def test_no_space_left_when_containerds_main_file_is_written(inventory, reference):
-    """The converged host, its /etc/containerd a full 64 KiB tmpfs holding containerd's config.toml as the gpu-host
-    image has it (before any run), conf.d a tmpfs with room: the drop-in is written first, then the main file's
-    imports entry cannot be. The run fails naming the file and the drop-in written before it; config.toml is left as
-    it was, with no temporary file beside it and no backup made, and containerd's default runtime is still runc
-    (nothing imports the drop-in). With space again the re-run converges."""
-    start_converged("--tmpfs", "/etc/containerd:size=64k", "--tmpfs", "/etc/containerd/conf.d:size=1m")
+DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+
+
+@pytest.mark.parametrize("full, written_before, listings", [
+    # The drop-in is written first (to conf.d, with room), then the main file's imports entry cannot be.
+    ("/etc/containerd", f"['{DROP_IN}']", {"/etc/containerd": [".k8sgpu-filler", "conf.d", "config.toml"],
+                                           "/etc/containerd/conf.d": ["99-nvidia.toml"]}),
+    # The drop-in cannot be written: nothing is.
+    ("/etc/containerd/conf.d", "none", {"/etc/containerd": ["conf.d", "config.toml"],
+                                        "/etc/containerd/conf.d": [".k8sgpu-filler"]}),
+], ids=["config.toml", "drop-in"])
+def test_no_space_left_when_containerds_files_are_written(inventory, reference, full, written_before, listings):
+    """The converged host, /etc/containerd and its conf.d each a tmpfs, the first holding containerd's config.toml as
+    the gpu-host image has it (before any run), one of them full: the run fails naming the file it could not write
+    and those written before it; config.toml is left as it was, with no temporary file beside either and no backup
+    made, and containerd's default runtime is still runc (nothing imports a drop-in written alone). With space again
+    the re-run converges."""
+    size = {d: "64k" if d == full else "1m" for d in listings}
+    start_converged(*[a for d in listings for a in ("--tmpfs", f"{d}:size={size[d]}")])
     backups = "ls /var/backups/k8sgpu.nvidia/etc/containerd 2>/dev/null || true"
     node_sh(HOST, f"printf '%s' {shlex.quote(FRESH['containerd'])} >/etc/containerd/config.toml; "
                   "systemctl restart containerd; "
-                  "dd if=/dev/zero of=/etc/containerd/.k8sgpu-filler bs=4k 2>/dev/null || true; "
-                  "[ $(df --output=avail /etc/containerd | tail -n 1) -eq 0 ]")
+                  f"dd if=/dev/zero of={full}/.k8sgpu-filler bs=4k 2>/dev/null || true; "
+                  f"[ $(df --output=avail {full} | tail -n 1) -eq 0 ]")
     before, backups_before = node_sh(HOST, "cat /etc/containerd/config.toml"), node_sh(HOST, backups)
 
     faulted = host_yml(inventory)
@@ -391,15 +403,17 @@ def test_no_space_left_when_containerds_main_file_is_written(inventory, referenc
     assert faulted.returncode != 0, out[-3000:]
     # A loop's task (one item per runtime) fails naming the host and the item.
     assert f"failed: [{HOST}] (item=containerd)" in out and "Add the nvidia runtime to containerd" in out, out[-3000:]
-    assert "Could not write /etc/containerd/config.toml: No space left on device." in out, out[-3000:]
-    assert "Files written before it: ['/etc/containerd/conf.d/99-nvidia.toml']" in out, out[-3000:]
+    path = "/etc/containerd/config.toml" if full == "/etc/containerd" else DROP_IN
+    assert f"Could not write {path}: No space left on device." in out, out[-3000:]
+    assert f"Files written before it: {written_before}." in out, out[-3000:]
     assert node_sh(HOST, "cat /etc/containerd/config.toml") == before
-    assert node_sh(HOST, "ls -A /etc/containerd").split() == [".k8sgpu-filler", "conf.d", "config.toml"]
+    for directory, names in listings.items():
+        assert node_sh(HOST, f"ls -A {directory}").split() == names
     assert node_sh(HOST, backups) == backups_before
     assert 'default_runtime_name = "runc"' in node_sh(HOST, "containerd config dump")
 
-    node_sh(HOST, "rm /etc/containerd/.k8sgpu-filler")
-    digest = converge(inventory, "no space left when containerd's config.toml is written")
+    node_sh(HOST, f"rm {full}/.k8sgpu-filler")
+    digest = converge(inventory, f"no space left when containerd's {path} is written")
     assert digest == reference, diff(reference, digest)
 
 
