@@ -1,0 +1,87 @@
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filter dcgm_exporter_objects of the dcgm_exporter role; the logic is in module_utils/_dcgm.py (its DaemonSet in
+module_utils/_node_daemonset.py, shared with device_plugin_objects)."""
+from __future__ import annotations
+
+# The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
+# every filter .py and every documentation file, so a same-named pair showed the filter twice.
+DOCUMENTATION = r"""
+name: dcgm_exporter_objects
+version_added: 1.2.0
+short_description: The dcgm_exporter role's objects, and its scrape configuration file, as data
+description:
+  - Builds what the M(k8sgpu.nvidia.dcgm_exporter) role puts into the cluster, from the role's settings, one part or
+    all three.
+  - C(objects), in the order the role applies them - the ConfigMap C(<name>-counters) with the counters CSV
+    (C(counters.csv)), the DaemonSet (the node agents', P(k8sgpu.nvidia.node_daemonset#filter), around the
+    exporter's pod, C(SYS_ADMIN) only when the CSV asks for profiling fields, its pods annotated
+    C(k8sgpu.nvidia/counters-sha256) so that they roll when the counters change) and the Service (port C(metrics)).
+  - C(service_monitor), the ServiceMonitor (C(monitoring.coreos.com/v1), C(honorLabels) false, the Node's name
+    relabelled into C(node)).
+  - C(scrape_config), the text of the equivalent Prometheus scrape configuration file (C(kubernetes_sd_configs) role
+    C(endpoints)), which the role writes on the controller when the cluster has no ServiceMonitor CRD. Its first
+    comment is the setting C(managed); every value in it is written as P(ansible.builtin.to_json#filter) writes it.
+  - A part reads only the settings it needs, so Ansible templates only those.
+  - Fails naming the setting when one is missing or of the wrong type.
+positional: _input, part
+options:
+  _input:
+    description: >-
+      The settings - name, namespace, version, image, image_pull_policy, image_pull_secrets, labels (the selector),
+      counters_csv (as P(k8sgpu.nvidia.dcgm_counters_csv#filter) writes it), port, collect_interval_ms,
+      gpus_by_volume_mount, kubelet_pod_resources_dir, node_affinity_label, tolerations, priority_class,
+      runtime_class, resources, probe_initial_delay, probe_period, probe_timeout, probe_failure_threshold (for
+      C(objects)); name, namespace, labels, service_monitor_labels, scrape_interval (for C(service_monitor)); name,
+      namespace, scrape_interval and managed, the text of the file's first comment (for C(scrape_config)). They are
+      the dcgm_exporter role's variables without the prefix, and what its vars derive from them.
+    type: dict
+    required: true
+  part:
+    description: The part to build; without it, all three in a dict.
+    type: str
+    choices: [objects, service_monitor, scrape_config]
+"""
+
+EXAMPLES = r"""
+objects: "{{ _dcgm_exporter_settings | k8sgpu.nvidia.dcgm_exporter_objects('objects') }}"
+service_monitor: "{{ _dcgm_exporter_settings | k8sgpu.nvidia.dcgm_exporter_objects('service_monitor') }}"
+everything: "{{ _dcgm_exporter_settings | k8sgpu.nvidia.dcgm_exporter_objects }}"
+"""
+
+RETURN = r"""
+_value:
+  description: >-
+    With O(part), that part (a list of objects, a dict, a text); without it, a dict of the three parts, keyed by
+    their names.
+  type: raw
+  contains:
+    objects:
+      description: The ConfigMap, the DaemonSet and the Service, in this order.
+      type: list
+      elements: dict
+    service_monitor:
+      description: The ServiceMonitor.
+      type: dict
+    scrape_config:
+      description: The Prometheus scrape configuration file (C(scrape_configs)), its text.
+      type: str
+"""
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _dcgm, _node_daemonset
+
+
+def dcgm_exporter_objects(settings: Any, part: Any = None) -> Any:
+    try:
+        return _dcgm.exporter_objects(settings, part)
+    except _node_daemonset.NodeDaemonSetError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"dcgm_exporter_objects": dcgm_exporter_objects}

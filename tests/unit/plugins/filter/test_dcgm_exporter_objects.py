@@ -1,0 +1,60 @@
+"""The filter dcgm_exporter_objects gives what the dcgm_exporter role's templates gave before it (issue 35 item 6):
+tests/unit/fixtures/role_objects/before_issue_35.json holds, per case, the variables, the settings the role's vars
+build from them, and what the removed templates configmap.yml.j2, daemonset.yml.j2, service.yml.j2 (the objects),
+servicemonitor.yml.j2 and scrape-config.yml.j2 (the file's text) gave. Equal as data, the counters CSV and the scrape
+configuration byte for byte."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.k8sgpu.nvidia.plugins.filter.dcgm_exporter_objects import dcgm_exporter_objects
+
+ROOT = Path(__file__).resolve().parents[4]
+FROZEN = json.loads((ROOT / "tests" / "unit" / "fixtures" / "role_objects" / "before_issue_35.json").read_text())
+
+
+def test_the_frozen_cases_cover_the_settings():
+    variables = {name for case in FROZEN["dcgm_exporter"] for name in case["variables"]}
+    reaching = {"dcgm_exporter_" + key for key in (
+        "version", "image_registry", "image_repository", "image_digest", "image_pull_policy", "image_pull_secrets",
+        "namespace", "name", "port", "collect_interval_ms", "counters", "extra_counters", "profiling_metrics",
+        "gpus_by_volume_mount", "kubelet_pod_resources_dir", "node_affinity_label", "tolerate_control_plane",
+        "extra_tolerations", "priority_class", "runtime_class", "resources", "probe_initial_delay", "probe_period",
+        "probe_timeout", "probe_failure_threshold", "service_monitor_labels", "scrape_interval")}
+    assert reaching | {"ansible_managed"} <= variables
+
+
+@pytest.mark.parametrize("case", FROZEN["dcgm_exporter"], ids=lambda case: case["case"])
+def test_the_objects_are_the_templates(case):
+    got = dcgm_exporter_objects(case["settings"])
+    assert got["objects"] == case["objects"]
+    assert [o["kind"] for o in got["objects"]] == ["ConfigMap", "DaemonSet", "Service"]  # the order applied
+    assert got["objects"][0]["data"]["counters.csv"] == case["objects"][0]["data"]["counters.csv"]
+    assert got["service_monitor"] == case["service_monitor"]
+    assert got["scrape_config"] == case["scrape_config"]
+
+
+@pytest.mark.parametrize("part", ["objects", "service_monitor", "scrape_config"])
+def test_one_part(part):
+    settings = FROZEN["dcgm_exporter"][0]["settings"]
+    assert dcgm_exporter_objects(settings, part) == dcgm_exporter_objects(settings)[part]
+
+
+@pytest.mark.parametrize("args, message", [
+    (({},), "dcgm_exporter_objects: the settings lack 'name'"),
+    (("name",), "expects the role's settings"),
+    (({"x": 1}, "service"), "part must be one of objects, service_monitor, scrape_config"),
+])
+def test_bad_arguments_are_named(args, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        dcgm_exporter_objects(*args)
+
+
+def test_bad_counters_are_named():
+    settings = {**FROZEN["dcgm_exporter"][0]["settings"], "counters_csv": ["DCGM_FI_DEV_GPU_TEMP"]}
+    with pytest.raises(AnsibleFilterError, match="counters_csv must be the counters CSV text"):
+        dcgm_exporter_objects(settings, "objects")
