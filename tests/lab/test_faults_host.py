@@ -176,21 +176,27 @@ def diff(expected: str, got: str) -> str:
     return "\n".join([f"- {x}" for x in a if x not in b] + [f"+ {x}" for x in b if x not in a])
 
 
-def test_connection_cut_while_another_branch_unpacks_then_a_run_of_the_default_branch(inventory, reference, tmp_path):
-    """Today's code fails the re-run: apt refuses with "dpkg was interrupted, you must manually run 'dpkg
-    --configure -a'", and would have configured (built) the other branch's half-installed packages."""
+def cut_while_unpacking(inventory: Path, tmp_path: Path, packages: str, what: str, *args: str) -> None:
+    """On a fresh host, host.yml (with ``args``) stopped by its connection cut (apt and dpkg killed) once dpkg has
+    unpacked one of ``packages`` (dpkg-query patterns); the run must fail naming the host and the step."""
     start_host()
     log = tmp_path / "faulted.log"
-    # Debian 12 packages its 470 branch as nvidia-tesla-470-*: the run stopped while dpkg unpacks them.
-    proc = start_host_yml(inventory, log, "-e", "driver_branch=470")
-    wait_on_host(proc, "dpkg-query -W -f='${Package} ${db:Status-Status}\\n' 'nvidia-tesla-470-*' 2>/dev/null "
-                       "| grep -q ' unpacked$'", "dpkg unpacking the 470 branch's packages", log)
+    proc = start_host_yml(inventory, log, *args)
+    wait_on_host(proc, f"dpkg-query -W -f='${{Package}} ${{db:Status-Status}}\\n' {packages} 2>/dev/null "
+                       "| grep -q ' unpacked$'", f"dpkg unpacking {what} packages", log)
     node_sh(HOST, "pkill -KILL -f '^/usr/bin/(apt-get|dpkg)( |$)'")
     proc.wait(timeout=300)
     text = log.read_text()
     assert proc.returncode != 0, text[-3000:]
     # The faulted run names the host and the step.
     assert f"fatal: [{HOST}]" in text and "Install the driver packages with apt" in text, text[-3000:]
+
+
+def test_connection_cut_while_another_branch_unpacks_then_a_run_of_the_default_branch(inventory, reference, tmp_path):
+    """Today's code fails the re-run: apt refuses with "dpkg was interrupted, you must manually run 'dpkg
+    --configure -a'", and would have configured (built) the other branch's half-installed packages."""
+    # Debian 12 packages its 470 branch as nvidia-tesla-470-*.
+    cut_while_unpacking(inventory, tmp_path, "'nvidia-tesla-470-*'", "the 470 branch's", "-e", "driver_branch=470")
     left = node_sh(HOST, "dpkg --audit; ls /var/lib/dpkg/updates")
     unfinished = node_sh(HOST, "dpkg-query -W -f='${Package} ${db:Status-Status}\\n' "
                                "| grep -v -e ' installed$' -e not-installed || true")
@@ -208,16 +214,7 @@ def test_connection_cut_while_the_runs_own_branch_unpacks(inventory, reference, 
     """The same cut on a fresh host while dpkg unpacks the packages of the branch the run asks for (the default): the
     re-run finishes them (dpkg --configure -a, then apt for what was not unpacked yet) rather than removing them, and
     converges."""
-    start_host()
-    log = tmp_path / "faulted.log"
-    proc = start_host_yml(inventory, log)
-    wait_on_host(proc, "dpkg-query -W -f='${Package} ${db:Status-Status}\\n' 'nvidia-*' 'libnvidia-*' 2>/dev/null "
-                       "| grep -q ' unpacked$'", "dpkg unpacking the default branch's packages", log)
-    node_sh(HOST, "pkill -KILL -f '^/usr/bin/(apt-get|dpkg)( |$)'")
-    proc.wait(timeout=300)
-    text = log.read_text()
-    assert proc.returncode != 0, text[-3000:]
-    assert f"fatal: [{HOST}]" in text and "Install the driver packages with apt" in text, text[-3000:]
+    cut_while_unpacking(inventory, tmp_path, "'nvidia-*' 'libnvidia-*'", "the default branch's")
     unfinished = node_sh(HOST, "dpkg-query -W -f='${Package} ${db:Status-Status}\\n' "
                                "| grep -v -e ' installed$' -e not-installed -e config-files || true")
     assert "nvidia" in unfinished and "tesla" not in unfinished, unfinished
@@ -453,14 +450,14 @@ def test_connection_cut_and_host_frozen_in_the_middle_of_a_download(inventory, r
     with Relay("stall", match="nvidia-persistenced") as relay:
         proc = start_host_yml(inventory, log, "-e", f"k8sgpu_apt_proxy={relay.url}")
         relay.wait_stalled(proc, log)
-        cut = f"-s {relay.host} -j DROP; iptables -{{op}} OUTPUT -d {relay.host} -j DROP"
-        node_sh(HOST, "iptables -I INPUT " + cut.format(op="I"))
+        rules = (f"INPUT -s {relay.host} -j DROP", f"OUTPUT -d {relay.host} -j DROP")
+        node_sh(HOST, "; ".join(f"iptables -I {rule}" for rule in rules))
         relay.handler.release.set()
         subprocess.run(["docker", "pause", HOST], check=True, capture_output=True)
         time.sleep(10)
         subprocess.run(["docker", "unpause", HOST], check=True, capture_output=True)
         time.sleep(2)
-        node_sh(HOST, "iptables -D INPUT " + cut.format(op="D"))
+        node_sh(HOST, "; ".join(f"iptables -D {rule}" for rule in rules))
         proc.wait(timeout=600)
     text = log.read_text()
     assert proc.returncode == 0, text[-3000:]
