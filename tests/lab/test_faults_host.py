@@ -182,9 +182,13 @@ def cut_while_unpacking(inventory: Path, tmp_path: Path, packages: str, what: st
     start_host()
     log = tmp_path / "faulted.log"
     proc = start_host_yml(inventory, log, *args)
-    wait_on_host(proc, f"dpkg-query -W -f='${{Package}} ${{db:Status-Status}}\\n' {packages} 2>/dev/null "
-                       "| grep -q ' unpacked$'", f"dpkg unpacking {what} packages", log)
-    node_sh(HOST, "pkill -KILL -f '^/usr/bin/(apt-get|dpkg)( |$)'")
+    # apt and dpkg are stopped (SIGSTOP) before each look at dpkg's database and killed while stopped when one of
+    # ``packages`` is unpacked, else let go on: dpkg cannot configure that package between the look and the kill.
+    apt = "'^/usr/bin/(apt-get|dpkg)( |$)'"
+    wait_on_host(proc, f"pkill -STOP -f {apt}; "
+                       f"if dpkg-query -W -f='${{Package}} ${{db:Status-Status}}\\n' {packages} 2>/dev/null "
+                       f"| grep -q ' unpacked$'; then pkill -KILL -f {apt}; else pkill -CONT -f {apt}; exit 1; fi",
+                 f"dpkg unpacking {what} packages", log)
     proc.wait(timeout=300)
     text = log.read_text()
     assert proc.returncode != 0, text[-3000:]
