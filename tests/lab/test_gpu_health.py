@@ -166,13 +166,15 @@ def test_a_node_cordoned_by_a_person_stays_cordoned_and_a_busy_gpu_is_not_reset(
 def test_recover_two_unhealthy_hosts_one_out_at_a_time(lab, core):
     """needs_reset on both hosts, policy recover, k8sgpu_max_unavailable 1: each cordoned in turn (never both),
     drained (GPU 1's workload pod evicted), its GPU reset, the health read healthy, vectorAdd passed, taint removed,
-    uncordoned, node_maintenance's annotations gone."""
+    uncordoned, node_maintenance's annotations gone. The cluster is reached through gpu_health_kubeconfig alone
+    (k8sgpu_kubeconfig names no file): node_maintenance's steps take the role's connection."""
     fault(GPU1, "recovery-gpu-reset.xml")
     fault(GPU2, "reset-status-drain-and-reset.xml")
     pod = workload(core, GPU1)
     watch = NodeWatch(core, GPU_NODES)
     try:
-        res = health(lab, "-e", "gpu_health_policy=recover", "-e", "k8sgpu_max_unavailable=1")
+        res = health(lab, "-e", "gpu_health_policy=recover", "-e", "k8sgpu_max_unavailable=1",
+                     "-e", "k8sgpu_kubeconfig=/nonexistent/kubeconfig", "-e", f"gpu_health_kubeconfig={LAB_STATE}/kubeconfig")
     finally:
         watch.stop()
         client.AppsV1Api(core.api_client).delete_namespaced_deployment("gpu-work", NS)
