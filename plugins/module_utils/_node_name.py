@@ -1,8 +1,10 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Private to k8sgpu.nvidia (filters node_name and node_names, and node_labels_by_node and verify_summary through them).
+"""Private to k8sgpu.nvidia (filters node_name, node_names and node_of_host, and node_labels_by_node and verify_summary
+through them).
 
-Map inventory hosts to their Kubernetes Node names, refusing a malformed name and two hosts on one Node."""
+Map inventory hosts to their Kubernetes Node names, refusing a malformed name and two hosts on one Node; take a host's
+Node from a read of it, refusing a host whose Node the cluster does not have."""
 from __future__ import annotations
 
 import re
@@ -97,3 +99,17 @@ def node_names(hosts: Any, hostvars: Any, unknown: str = "fail") -> dict:
         first.setdefault(name, (host, source))
         out[host] = name
     return out
+
+
+def node_of_host(read: Any, host: str, name: str) -> dict:
+    """The Node in ``read`` (kubernetes.core.k8s_info's result for kind Node and name ``name``), or an error naming
+    ``host``, the Node and the fix when the cluster has no such Node."""
+    resources = read.get("resources") if isinstance(read, Mapping) else None
+    if not isinstance(resources, Sequence) or isinstance(resources, str):
+        raise NodeNameError(f"node_of_host expects the result of kubernetes.core.k8s_info for {host}'s Node, got "
+                            f"{str(read)[:200]!r}")
+    if len(resources) != 1 or not isinstance(resources[0], Mapping):
+        raise NodeNameError(
+            f"{host}: no Node {name} in the cluster (kubectl get nodes). Set k8sgpu_node_name for the host to its "
+            "Node's name, or leave the host out of the run.")
+    return dict(resources[0])

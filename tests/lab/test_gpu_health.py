@@ -224,6 +224,20 @@ def test_a_reset_the_driver_refuses_keeps_the_node_out_with_its_message(lab, cor
         in record["reason"], record["reason"]
 
 
+def test_a_host_without_a_node_fails_named_before_anything_is_read_or_changed(lab, core):
+    """k8sgpu_node_name naming a Node the cluster does not have: the run fails at the Node read, naming the host, the
+    Node and the fix (filter node_of_host); no health read, no taint, the Nodes as they were."""
+    fault(GPU1, "recovery-gpu-reset.xml")
+    before = snapshot(core, GPU1)
+    res = health(lab, "-e", "gpu_health_policy=recover", "-e", "k8sgpu_node_name=no-such-node", "--limit", GPU1)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-3000:]
+    assert (f"{GPU1}: no Node no-such-node in the cluster (kubectl get nodes). Set k8sgpu_node_name for the host to "
+            "its Node's name, or leave the host out of the run.") in flat(out), out[-3000:]
+    assert "TASK [k8sgpu.nvidia.gpu_health : Read the GPUs' health]" not in out, out[-3000:]
+    assert snapshot(core, GPU1) == before
+
+
 # ---------------------------------------------------------------- the driver reload and the reboot, on a host of their own
 
 SPARE = f"{LAB_NAME}-gpu-health-1"

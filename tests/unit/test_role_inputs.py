@@ -442,9 +442,5 @@ def test_each_entry_point_starts_with_the_check(role):
     for entry in specs(role):
         tasks = yaml.safe_load((ROOT / "roles" / role / "tasks" / (entry + ".yml")).read_text())
         first = tasks[0]
-        # An entry point may start with another one (node_maintenance's plan imports node): its first task counts.
-        while "ansible.builtin.import_tasks" in first:
-            tasks = yaml.safe_load((ROOT / "roles" / role / "tasks" / first["ansible.builtin.import_tasks"]).read_text())
-            first = tasks[0]
         assert "k8sgpu.nvidia.role_inputs" in first, (role, entry, first)
         assert first.get("tags") == ["always"], (role, entry, first)
