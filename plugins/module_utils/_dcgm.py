@@ -156,16 +156,8 @@ def exporter_objects(settings: Any, part: str | None = None) -> Any:
         raise DcgmError(f"{OWNER}: part must be one of {', '.join(PARTS)}, got {part!r}")
     builders = {"objects": _workload, "service_monitor": _service_monitor, "scrape_config": _scrape_config}
     if part is not None:
-        return builders[part](_read(settings, part))
-    return {name: builders[name](_read(settings, name)) for name in PARTS}
-
-
-def _read(settings: Any, part: str) -> dict:
-    """The settings a part reads, as plain data; labels checked."""
-    s = {key: nd.plain(nd.setting(settings, key, OWNER)) for key in SETTINGS[part]}
-    if "labels" in s and (not isinstance(s["labels"], dict) or not s["labels"]):
-        raise DcgmError(f"{OWNER}: labels must be a non-empty dict, got {s['labels']!r}")
-    return s
+        return builders[part](nd.settings_of(settings, SETTINGS[part], OWNER))
+    return {name: builders[name](nd.settings_of(settings, SETTINGS[name], OWNER)) for name in PARTS}
 
 
 def _workload(s: dict) -> list[dict]:

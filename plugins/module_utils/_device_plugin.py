@@ -20,18 +20,12 @@ SETTINGS = ("name", "namespace", "version", "image", "image_pull_policy", "image
             "node_affinity_label", "tolerations", "priority_class", "runtime_class", "resources")
 
 
-class DevicePluginError(nd.NodeDaemonSetError):
-    """Bad settings, with a message naming the setting."""
-
-
 def objects(settings: Any) -> list[dict]:
     """[ConfigMap, DaemonSet]: the plugin's configuration file (config.yaml, the configuration as
     to_nice_yaml(indent=2) writes it) and the plugin's pod in the node agents' DaemonSet, whose pods roll when the
     configuration changes (the annotation k8sgpu.nvidia/config-sha256, of the configuration as to_json writes it)."""
-    s = {key: nd.plain(nd.setting(settings, key, OWNER)) for key in SETTINGS}
+    s = nd.settings_of(settings, SETTINGS, OWNER)
     name, namespace, labels = s["name"], s["namespace"], s["labels"]
-    if not isinstance(labels, dict) or not labels:
-        raise DevicePluginError(f"{OWNER}: labels must be a non-empty dict, got {labels!r}")
     config_map_name = f"{name}-config"
     config_map = {
         "apiVersion": "v1",

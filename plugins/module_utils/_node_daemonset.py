@@ -90,6 +90,15 @@ def setting(settings: Any, key: str, owner: str) -> Any:
         raise NodeDaemonSetError(f"{owner}: the settings lack {key!r}") from None
 
 
+def settings_of(settings: Any, keys: Sequence[str], owner: str) -> dict:
+    """The ``keys`` of a role's settings as plain data (setting, plain), each one there or an error naming it; their
+    labels, where they have them, a non-empty dict (the selector of the role's objects)."""
+    s = {key: plain(setting(settings, key, owner)) for key in keys}
+    if "labels" in s and (not isinstance(s["labels"], dict) or not s["labels"]):
+        raise NodeDaemonSetError(f"{owner}: labels must be a non-empty dict, got {s['labels']!r}")
+    return s
+
+
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise NodeDaemonSetError(f"node_daemonset: {what} must be a non-empty string, got {value!r}")
