@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +25,8 @@ from pathlib import Path
 from k8sgpu_testlib.gpu_health_lab import install_standins, remove_standins
 from k8sgpu_testlib.monitoring_lab import LAB_STATE
 
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "lab"))  # ansible_output: the lab tests' module
+from ansible_output import recap  # noqa: E402
 
 
 def run(tree: Path, vars_file: Path) -> tuple[float, int]:
@@ -35,10 +36,10 @@ def run(tree: Path, vars_file: Path) -> tuple[float, int]:
     proc = subprocess.run(["ansible-playbook", "-i", "inventories/lab", "playbooks/health.yml", "-e", f"@{vars_file}"],
                           cwd=tree, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
-    hosts = {m.group(1): [int(x) for x in m.groups()[1:]] for m in map(RECAP.match, proc.stdout.splitlines()) if m}
-    if proc.returncode != 0 or not hosts or any(v[1] for v in hosts.values()):
+    hosts = recap(proc.stdout)
+    if proc.returncode != 0 or not hosts or any(v["changed"] for v in hosts.values()):
         raise SystemExit(f"{tree}: health.yml rc {proc.returncode}, recap {hosts}:\n{proc.stdout[-3000:]}")
-    return wall, sum(v[0] + v[4] for v in hosts.values())
+    return wall, sum(v["ok"] + v["skipped"] for v in hosts.values())
 
 
 def main() -> None:
