@@ -8,10 +8,11 @@ returns (results, diffs, hence logs at any verbosity) gets these copies.
 
 What counts as a secret, in JSON values (redact_config) and TOML text (redact_toml) alike:
 - the value of a key named like a secret (is_secret_key: token, secret, password, passphrase, credential, api-key,
-  private-key, access-key, pwd, cookie, a key that is or ends in ``auth``/``auths``/``pass``/``sig``/``signature``),
+  private-key, access-key, pwd, cookie, authorization, a key that is or ends in ``auth``/``auths``/``pass``/``sig``/``signature``),
   whole, or leaf by leaf for lists and objects - so containerd's ``registry.configs."<host>".auth`` table (username,
   password, auth, identitytoken) is redacted whole;
-- in any string: the userinfo of a URL (``https://user:pw@host`` -> ``https://********@host``), the values of query
+- in any string: an ``Authorization:`` (or ``Proxy-Authorization:``) header's value, the credentials after an HTTP
+  authentication scheme (``Basic ...``, ``Bearer ...``), the userinfo of a URL (``https://user:pw@host`` -> ``https://********@host``), the values of query
   parameters named like secrets (``?token=``, ``?sig=``, ``X-Amz-Signature=``, ``X-Amz-Credential=``,
   ``X-Goog-Signature=``), and the value of a ``name=value`` string whose name is a secret's
   (``labels: ["api_key=..."]``, ``--password=...``);
@@ -27,12 +28,17 @@ REDACTED = "********"
 # Key names whose whole value is a secret.
 _SECRET_KEY = re.compile(
     r"token|secret|passw(?:or)?d|passphrase|credential|api[-_]?key|private[-_]?key|access[-_]?key|pwd|"
-    r"cookie|(?:^|[-_.])(?:auths?|pass|sig|signature)$",
+    r"cookie|authori[sz]ation$|(?:^|[-_.])(?:auths?|pass|sig|signature)$",
     re.IGNORECASE)
 # Keys whose values may be URLs written without a scheme (user:pass@proxy:3128), as dockerd accepts for proxies.
 _URL_KEY = re.compile(r"proxy|mirror|registr|url|address|endpoint|host", re.IGNORECASE)
 _URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<authority>[^/?#\s\"']*)(?P<rest>[^\s\"']*)")
 _BARE_AUTHORITY = re.compile(r"^(?P<authority>[^/?#\s]*@[^/?#\s]*)(?P<rest>.*)$", re.DOTALL)
+# HTTP credentials in any string: an Authorization (or Proxy-Authorization) header written as text, and the
+# credentials of an authentication scheme (Basic, Bearer, ...) wherever they appear.
+_HEADER = re.compile(r"(?P<name>\b(?:proxy-)?authori[sz]ation\s*[:=]\s*)(?P<value>\S.*)", re.IGNORECASE | re.DOTALL)
+_SCHEME_CREDENTIALS = re.compile(r"(?P<scheme>\b(?:Basic|Bearer|Digest|Negotiate|Token|AWS4-HMAC-SHA256)\s+)"
+                                 r"(?P<value>[A-Za-z0-9._~+/=,:-]{6,})")
 # name=value (a label, an environment entry, a --flag=value argument).
 _ASSIGNMENT = re.compile(r"^(?P<name>-{0,2}[A-Za-z_][A-Za-z0-9_.\-/]*)=(?P<value>.+)$", re.DOTALL)
 
@@ -67,6 +73,8 @@ def redact_string(value: str, bare_url: bool = False) -> str:
     assignment = _ASSIGNMENT.match(value)
     if assignment and is_secret_key(assignment["name"]):
         return f"{assignment['name']}={REDACTED}"
+    value = _HEADER.sub(lambda m: m["name"] + REDACTED, value)
+    value = _SCHEME_CREDENTIALS.sub(lambda m: m["scheme"] + REDACTED, value)
     redacted = _URL.sub(lambda m: m["scheme"] + _redact_authority(m["authority"]) + _redact_query(m["rest"]), value)
     if bare_url and redacted == value:
         match = _BARE_AUTHORITY.match(value)

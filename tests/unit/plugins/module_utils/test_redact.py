@@ -181,3 +181,24 @@ def test_container_runtime_config_new_drop_in_without_secret_is_0644(tmp_path, c
     run(container_runtime_config, {"runtime": "containerd", "config_path": str(config), "drop_in_path": str(drop_in),
                                    "nvidia_ctk": ctk, "backup_dir": str(tmp_path / "backups")})
     assert stat.S_IMODE(drop_in.stat().st_mode) == 0o644
+
+
+# Issue 46: Authorization headers in daemon.json, containerd's and CRI-O's TOML (registry headers), and HTTP
+# credentials written in any string, never in a result or a diff.
+def test_authorization_headers_are_redacted_in_json_values():
+    out = redact_config({"headers": {"Authorization": ["Basic dXNlcjpwYXNzd29yZA=="],
+                                     "Proxy-Authorization": "Bearer eyJhbGciOi.abc.def", "X-Note": "Bearer sekr1tvalue"},
+                         "authorization-plugins": ["authz-broker"], "labels": ["password=hunter22"]})
+    assert out == {"headers": {"Authorization": [REDACTED], "Proxy-Authorization": REDACTED,
+                               "X-Note": "Bearer " + REDACTED},
+                   "authorization-plugins": ["authz-broker"], "labels": ["password=" + REDACTED]}
+
+
+def test_authorization_headers_are_redacted_in_toml():
+    text = ('[plugins."io.containerd.grpc.v1.cri".registry.configs."r.example".headers]\n'
+            '  Authorization = ["Basic dXNlcjpwYXNzd29yZA=="]\n'
+            '[x]\n  headers = { Authorization = "Bearer abcdefgh" }\n  note = "Authorization: Bearer abcdefgh"\n'
+            '  plain = "the basic settings"\n')
+    out = redact_toml(text)
+    assert "dXNlcjpwYXNzd29yZA" not in out and "abcdefgh" not in out, out
+    assert 'plain = "the basic settings"' in out and "r.example" in out
