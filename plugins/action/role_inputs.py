@@ -9,7 +9,8 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._role_inputs import SHARED_PREFIX, check, role_prefix
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._role_inputs import (
+    SHARED_PREFIX, SHARED_SYNTAX, SYNTAX, check, role_prefix, shared_syntax_errors)
 
 
 class ActionModule(ActionBase):
@@ -61,6 +62,16 @@ class ActionModule(ActionBase):
             siblings = []
         errors, warnings = check(short, options, values, names=names, known=known, sibling_roles=siblings,
                                  ignore=ignore)
+        # The shared variables the host has that a syntax rule declares (module_utils/_role_inputs.py SHARED_SYNTAX),
+        # templated one by one: one that cannot be templated here is left to the task that reads it.
+        shared = {}
+        for key in names:
+            if key.startswith(SHARED_PREFIX) and SHARED_SYNTAX.get(key) in SYNTAX:
+                try:
+                    shared[key] = self._templar.template(task_vars[key])
+                except Exception:  # pylint: disable=broad-except
+                    continue
+        errors += ["%s: %s" % (short, m) for m in shared_syntax_errors(shared)]
         if warnings:
             result["warnings"] = warnings
         result["checked"] = sorted(values)

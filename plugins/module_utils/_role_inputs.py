@@ -21,10 +21,13 @@ and what is accepted:
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping, Sequence
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._url import url_problem
 
 # Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity): a decimal number with an optional
 # binary (Ki..Ei), decimal (n, u, m, k, M, G, T, P, E) or exponent suffix.
@@ -155,6 +158,55 @@ SHARED_VARIABLES = frozenset((
 ) + tuple("k8sgpu_%s%s" % (cloud, end) for cloud in ("eks", "gke") for end in _SCALE_CHECK))
 
 
+# The declared kind of each shared variable (tests/unit/test_role_inputs_declared.py asserts one for every name):
+# a SYNTAX kind, checked where the variable is set (shared_syntax_errors(), run by every role's role_inputs task), or
+# one of SHARED_KINDS.
+SHARED_KINDS = {
+    "bool": "true or false (the playbooks read it with | bool)",
+    "count_or_percent": "a whole number or a percentage (the filter maintenance_settings checks it)",
+    "state": "present or absent (the playbooks' own choice)",
+    "module_options": "a mapping of the options of the collection's module it is passed to (eks_cluster, "
+                      "eks_nodegroup, gke_cluster, gke_node_pool, eks_pod_identity), checked by that module's "
+                      "argument spec before any API call",
+    "role_option": "passed to roles as the default of their own options, and checked there by those options' rules",
+}
+_SCALE_KINDS = {"_scale_down_check": "bool", "_scale_down_poll": "role_option", "_scale_down_timeout": "role_option",
+                "_verify_gpus": "role_option", "_verify_image": "image", "_verify_namespace": "namespace",
+                "_verify_require_logs": "bool", "_verify_timeout": "role_option"}
+SHARED_SYNTAX = {
+    "k8sgpu_apt_proxy": "proxy_url", "k8sgpu_aws_endpoint_url": "url", "k8sgpu_aws_partition": "label_value",
+    "k8sgpu_aws_profile": "label_value", "k8sgpu_aws_region": "aws_region", "k8sgpu_deploy_device_plugin": "bool",
+    "k8sgpu_drain_before_restart": "bool", "k8sgpu_eks_cluster": "module_options",
+    "k8sgpu_eks_cluster_autoscaler": "bool", "k8sgpu_eks_cluster_name": "eks_cluster_name",
+    "k8sgpu_eks_cluster_state": "state", "k8sgpu_eks_device_plugin": "bool", "k8sgpu_eks_gpu_labels": "labels",
+    "k8sgpu_eks_gpu_taints": "module_options", "k8sgpu_eks_karpenter_install": "bool",
+    "k8sgpu_eks_nodegroup": "module_options", "k8sgpu_eks_pod_identity": "bool",
+    "k8sgpu_eks_pod_identity_role": "iam_name", "k8sgpu_eks_provisioner": "label_value", "k8sgpu_eks_state": "state",
+    "k8sgpu_eks_verify": "bool", "k8sgpu_gke_cluster": "module_options", "k8sgpu_gke_cluster_state": "state",
+    "k8sgpu_gke_node_pool": "module_options", "k8sgpu_gke_state": "state", "k8sgpu_gke_verify": "bool",
+    "k8sgpu_install_container_toolkit": "bool", "k8sgpu_install_driver": "bool", "k8sgpu_kube_context": "role_option",
+    "k8sgpu_kubeconfig": "role_option", "k8sgpu_label_nodes": "bool", "k8sgpu_max_fail_percentage": "role_option",
+    "k8sgpu_max_unavailable": "count_or_percent", "k8sgpu_monitoring": "bool", "k8sgpu_monitoring_alerts": "bool",
+    "k8sgpu_monitoring_dashboard": "bool", "k8sgpu_monitoring_exporter": "bool",
+    "k8sgpu_monitoring_metrics_adapter": "bool", "k8sgpu_node_labels": "labels", "k8sgpu_node_name": "subdomain",
+    "k8sgpu_reboot": "bool", "k8sgpu_serial": "role_option", "k8sgpu_untaint_control_plane": "bool",
+}
+SHARED_SYNTAX.update({"k8sgpu_%s%s" % (cloud, end): kind_ for cloud in ("eks", "gke")
+                      for end, kind_ in _SCALE_KINDS.items()})
+
+
+def shared_syntax_errors(values):
+    """The SYNTAX rules' messages for the shared variables set (templated), by SHARED_SYNTAX; '' and none pass (the
+    playbooks and roles take their own default then)."""
+    out = []
+    for name in sorted(values):
+        kind_ = SHARED_SYNTAX.get(name)
+        value = values[name]
+        if kind_ in SYNTAX and value not in ("", None):
+            out += SYNTAX[kind_](name, value, values)
+    return out
+
+
 def unknown_shared(names, known=SHARED_VARIABLES):
     """Warnings for k8sgpu_* names that are not shared variables of the collection (not the internal _k8sgpu_*).
 
@@ -180,10 +232,20 @@ def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=
     """
     errors = []
     values = {k: v for k, v in values.items() if k in options}
+    # Numbers that are not finite (NaN, infinities, 1e400) or past int64 are refused first, with a message naming
+    # the variable: ansible-core's int conversion raises OverflowError on an infinity, and NaN passes every range.
+    numbers = number_errors(options, values)
+    errors += ["%s: %s" % (role, m) for m in numbers.values()]
+    values = {k: v for k, v in values.items() if k not in numbers}
     # The values come from the host's variables, role defaults included; the spec's own defaults (templates
     # for some) are not applied again.
     validator = ArgumentSpecValidator({k: {a: b for a, b in v.items() if a != "default"} for k, v in options.items()})
-    result = validator.validate(values, validate_role_argument_spec=True)
+    try:
+        result = validator.validate(values, validate_role_argument_spec=True)
+    except (OverflowError, ValueError, TypeError) as exc:  # a conversion ansible-core does not catch itself
+        errors.append("%s: the role's inputs could not be read (%s); give each number as a finite number and each "
+                      "string as a string" % (role, exc))
+        return errors, []
     for message in result.error_messages:
         errors.append("%s: %s" % (role, message))
     refused = {n for n in values if any(n in m for m in result.error_messages)}
@@ -215,17 +277,76 @@ def check(role, options, values, names=(), known=None, sibling_roles=(), ignore=
 # Rules: each takes (name, value, values) and returns a list of messages naming the variable, the value given and
 # what is accepted. values holds the entry point's variables that are set (templated), for rules between fields.
 
+# The largest magnitude a number input may have: Kubernetes' and the modules' integers are int64.
+NUMBER_LIMIT = 2 ** 63 - 1
+
+
+def _finite(number):
+    """number when it is finite and within int64's range, else None."""
+    try:
+        return number if math.isfinite(number) and abs(number) <= NUMBER_LIMIT else None
+    except OverflowError:  # an int too large for a float
+        return None
+
+
 def _number(value):
+    """A number input as a number: an int, a float or a numeric string, finite and within int64's range; None
+    for anything else (NaN, infinities and 1e400 included, so no range rule lets them through)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return value
+        return _finite(value)
     if isinstance(value, str):
         try:
-            return float(value) if value.strip() else None
-        except ValueError:
+            return _finite(float(value)) if value.strip() else None
+        except (ValueError, OverflowError):
             return None
     return None
+
+
+def _not_finite(value):
+    """Whether value is (or, as a string, reads as) a number that is not finite or is past int64's range."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return _finite(value) is None
+    if isinstance(value, str):
+        text = value.strip()
+        if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", text, re.I):
+            return False
+        try:
+            return _finite(float(text)) is None
+        except (ValueError, OverflowError):
+            return True
+    return False
+
+
+def _floats(value, path):
+    """(path, value) of every float in value (lists and mappings walked) that is not finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [(path, value)]
+    if isinstance(value, Mapping):
+        return [hit for key, item in value.items() for hit in _floats(item, "%s.%s" % (path, key))]
+    if isinstance(value, (list, tuple)):
+        return [hit for index, item in enumerate(value) for hit in _floats(item, "%s[%d]" % (path, index))]
+    return []
+
+
+def number_errors(options, values):
+    """{name: message} for the values that are numbers but not finite ones: an int, float or raw option given NaN,
+    an infinity or a number past int64 (1e400, as YAML, JSON or a string), and a NaN or infinity anywhere in any
+    option's value (YAML's .nan and .inf)."""
+    out = {}
+    for name, value in values.items():
+        typ = (options.get(name) or {}).get("type", "str")
+        if typ in ("int", "float", "raw") and _not_finite(value):
+            out[name] = ("%s is %s; give a finite number from %d to %d (NaN, infinities and numbers past 64 bits are "
+                         "refused)" % (name, _short(value), -NUMBER_LIMIT, NUMBER_LIMIT))
+            continue
+        hits = _floats(value, name)
+        if hits:
+            out[name] = "%s is %s; give a finite number (NaN and infinities are refused)" % (hits[0][0], hits[0][1])
+    return out
 
 
 def in_range(low=None, high=None, what="a number"):
@@ -272,10 +393,17 @@ def count_or_percent(low=0):
 
 
 def quantity(name, value, values, allow_empty=False):
+    """A Kubernetes quantity of a resource: finite and not negative (NaN, 1e400 and -1 refused)."""
     if allow_empty and value in ("", None):
         return []
     if isinstance(value, bool) or not isinstance(value, (int, float, str)) or not QUANTITY_RE.match(str(value)):
         return ["%s is %s; give a Kubernetes quantity such as 500m, 2, 512Mi or 1Gi" % (name, _short(value))]
+    number = to_number(value)
+    if number is None or _finite(number) is None:
+        return ["%s is %s; give a finite Kubernetes quantity such as 500m, 2, 512Mi or 1Gi" % (name, _short(value))]
+    if number < 0:
+        return ["%s is %s; a resource quantity cannot be negative: give 0 or more, such as 500m or 1Gi"
+                % (name, _short(value))]
     return []
 
 
@@ -313,9 +441,12 @@ def to_number(amount):
     if not m or isinstance(amount, bool):
         return None
     suffix = m.group(3) or ""
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:
-        return float(text)
-    return float(text[:len(text) - len(suffix)]) * _SUFFIX.get(suffix, 1)
+    try:
+        if suffix[:1] in ("e", "E") and len(suffix) > 1:
+            return float(text)
+        return float(text[:len(text) - len(suffix)]) * _SUFFIX.get(suffix, 1)
+    except OverflowError:
+        return float("inf")
 
 
 def quantities(name, value, values):
@@ -500,6 +631,31 @@ def pattern(regex, what, allow=(), stringify=False):
     return rule
 
 
+def url(schemes=("http", "https")):
+    """A URL of one of schemes: no whitespace or control character anywhere (checked on the raw text: urlsplit drops
+    newlines), a host for http(s), no user information (a credential-bearing URL is a proxy's, see proxy_url); the
+    checks are module_utils/_url.py's url_problem, which the apt source filters use too."""
+    def rule(name, value, values):
+        problem = url_problem(value, schemes=schemes)
+        if problem:
+            return ["%s is refused (value not shown): %s; give a %s URL with nothing but the URL in it"
+                    % (name, problem, " or ".join("%s://" % s for s in schemes))]
+        return []
+    return rule
+
+
+def first_of(*rules):
+    """The messages of the first of rules that refuses the value (one message for one value)."""
+    def rule(name, value, values):
+        for one in rules:
+            out = one(name, value, values)
+            if out:
+                return out
+        return []
+    rule.takes_none = any(getattr(one, "takes_none", False) for one in rules)
+    return rule
+
+
 def non_empty(what):
     """A list (or mapping) with at least one entry."""
     def rule(name, value, values):
@@ -584,11 +740,14 @@ def _local_chart(values):
 
 
 def chart_repo_url(name, value, values):
-    """The chart repository: http(s):// or oci://, unless the chart is a local path (then it is not read)."""
-    if _local_chart(values) or (isinstance(value, str) and re.match(r"(https?|oci)://", value)):
+    """The chart repository: an http(s):// or oci:// URL of the url rule's syntax, unless the chart is a local path
+    (then it is not read)."""
+    if _local_chart(values):
         return []
-    return ["%s is %s; give the chart repository's http://, https:// or oci:// URL (or a local path in "
-            "prometheus_stack_chart_ref)" % (name, _short(value))]
+    if not (isinstance(value, str) and re.match(r"(https?|oci)://", value)):
+        return ["%s is %s; give the chart repository's http://, https:// or oci:// URL (or a local path in "
+                "prometheus_stack_chart_ref)" % (name, _short(value))]
+    return url(("http", "https", "oci"))(name, value, values)
 
 
 chart_repo_url.takes_none = True
@@ -685,8 +844,8 @@ RULES = {
         "gpu_metrics_adapter_resources": [resources],
         "gpu_metrics_adapter_external_port": [port],
         "gpu_metrics_adapter_wait_timeout": [_SECONDS],
-        "gpu_metrics_adapter_prometheus_url": [when_present("gpu_metrics_adapter_state", pattern(
-            r"https?://[^/:]+.*", "Prometheus' URL, http(s)://host[:port][/path]"))],
+        "gpu_metrics_adapter_prometheus_url": [when_present("gpu_metrics_adapter_state", first_of(pattern(
+            r"https?://[^/:]+.*", "Prometheus' URL, http(s)://host[:port][/path]"), url()))],
         "gpu_metrics_adapter_relist_interval": [when_present("gpu_metrics_adapter_state", pattern(
             r"[0-9]+(ms|s|m|h)", "a duration of one unit such as 30s or 1m (units ms, s, m, h)"))],
         "gpu_metrics_adapter_cert_renew_before_days": [when_present("gpu_metrics_adapter_state", in_range(
@@ -1054,8 +1213,117 @@ def requirements(name, value, values):
     return out
 
 
+_IMAGE_PART = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+_REGISTRY = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"sha256:[0-9a-f]{64}"
+# The distribution reference grammar (github.com/distribution/reference): [registry/]path[:tag][@digest].
+IMAGE_RE = re.compile(r"((%s)/)?%s(/%s)*(:%s)?(@%s)?" % (_REGISTRY, _IMAGE_PART, _IMAGE_PART, _TAG, _DIGEST))
+
+
+def _pattern_kind(regex, what, allow=("",)):
+    """A syntax rule: the value matches regex whole (allow: other accepted values), else a message with what."""
+    compiled = re.compile(regex)
+
+    def rule(name, value, values):
+        # a whole number reads the same as a string (a branch 550, a tag 3): the argument spec accepts it
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if isinstance(text, str) and (text in allow or compiled.fullmatch(text)):
+            return []
+        return [_message(name, value, what, "the value is not of that form")]
+    return rule
+
+
+image = _pattern_kind(IMAGE_RE.pattern, "an image reference [registry/]repository[:tag][@sha256:<64 hex>] (a "
+                                        "digest pins the image: tags can be moved)")
+image_registry = _pattern_kind(r"%s(/%s)*" % (_REGISTRY, _IMAGE_PART), "an image registry host[:port][/path] "
+                                                                       "such as nvcr.io/nvidia")
+image_repository = _pattern_kind(r"((%s)/)?%s(/%s)*" % (_REGISTRY, _IMAGE_PART, _IMAGE_PART),
+                                 "an image repository such as k8s-device-plugin or registry.k8s.io/pause "
+                                 "(lowercase letters, digits, '.', '_', '-', '/')")
+image_tag = _pattern_kind(_TAG, "an image tag (letters, digits, '_', '.' and '-', at most 128, not starting with "
+                                "'.' or '-')")
+version = _pattern_kind(r"[A-Za-z0-9][A-Za-z0-9.+~:_-]{0,127}", "a version such as 1.20.1, v0.19.3, 1.20.1-1 or "
+                                                                "1:535.261.03-1 (letters, digits, '.', '+', '~', "
+                                                                "':', '_', '-')")
+prometheus_metric = _pattern_kind(r"[a-zA-Z_:][a-zA-Z0-9_:]*", "a Prometheus metric name (regex "
+                                                               "'[a-zA-Z_:][a-zA-Z0-9_:]*')")
+aws_region = _pattern_kind(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2}", "an AWS region such as eu-west-1")
+kubernetes_minor = _pattern_kind(r"v?1\.[0-9]{1,3}(\.[0-9]{1,3})?", "a Kubernetes minor version such as 1.33")
+driver_branch = _pattern_kind(r"[0-9]{3}", "a driver branch of three digits such as 535 or 580 ('' for the "
+                                           "distribution's)")
+openpgp_fingerprint = _pattern_kind(r"(0[xX])?[0-9A-Fa-f ]{32,79}", "an OpenPGP fingerprint (40 hexadecimal digits "
+                                                                    "for a v4 key, 64 for v6; spaces, 0x and case "
+                                                                    "do not matter)", allow=())
+package_name = _pattern_kind(r"[a-z0-9][a-z0-9+.-]+", "a Debian package name (lowercase letters, digits, '+', '.' "
+                                                      "and '-')", allow=())
+package_names = _each(package_name)
+chart_ref = _pattern_kind(r"[A-Za-z0-9._~@+/:-]+", "a Helm chart: repo/name, a name in the chart repository, an "
+                                                   "oci:// reference or a local path (no whitespace)")
+inventory_host = _pattern_kind(r"[^\s\x00-\x1f\x7f'\"{}]+", "an inventory host name (no whitespace, quote or "
+                                                             "brace)", allow=())
+sqs_queue = _pattern_kind(r"[A-Za-z0-9_-]{1,80}(\.fifo)?", "an SQS queue name (1 to 80 letters, digits, '-' and "
+                                                           "'_')")
+iam_name = _pattern_kind(r"[A-Za-z0-9+=,.@_-]{1,64}", "an IAM role or instance profile name (1 to 64 letters, "
+                                                      "digits and +=,.@_-)")
+log_level = _pattern_kind(r"debug|info|warn|error", "one of debug, info, warn, error", allow=())
+namespaces = _each(namespace_name)
+pem = _pattern_kind(r"(-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----\s*)+",
+                    "one or more PEM certificates (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)")
+variable_name = _pattern_kind(r"[a-z_][a-z0-9_]*", "an Ansible variable name", allow=())
+since = _pattern_kind(r"[0-9]+(\.[0-9]+)?|[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9:]+)?",
+                      "seconds since boot (such as 3600) or an ISO 8601 time (such as 2026-12-07T06:00:00Z)")
+
+
+def feature_gates(name, value, values):
+    """Karpenter's feature gates: each a gate name (letters and digits) and true or false."""
+    out = []
+    for key, item in (value or {}).items():
+        if not (isinstance(key, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key)) or not isinstance(item, bool):
+            out.append(_message("%s.%s" % (name, key), item, "a feature gate", "give GateName: true or false"))
+    return out
+
+
+def aws_tags(name, value, values):
+    """EC2 tags: keys of 1 to 128 and values of at most 256 characters, no control characters, keys not aws:."""
+    out = []
+    for key, item in (value or {}).items():
+        text = "" if item is None else str(item)
+        if not isinstance(key, str) or not 0 < len(key) <= 128 or key.lower().startswith("aws:") \
+                or re.search(r"[\x00-\x1f\x7f]", key + text) or len(text) > 256 or isinstance(item, (dict, list)):
+            out.append(_message("%s key %s" % (name, _short(key)), item, "an EC2 tag",
+                                "keys of 1 to 128 characters not starting with aws:, string values of at most 256, "
+                                "no control characters"))
+    return out
+
+
 SYNTAX = {
     "namespace": namespace_name,
+    "namespaces": namespaces,
+    "url": url(),
+    "repo_url": url(("http", "https", "file")),
+    "helm_url": url(("http", "https", "oci")),
+    "image": image,
+    "image_registry": image_registry,
+    "image_repository": image_repository,
+    "image_tag": image_tag,
+    "version": version,
+    "prometheus_metric": prometheus_metric,
+    "aws_region": aws_region,
+    "kubernetes_minor": kubernetes_minor,
+    "driver_branch": driver_branch,
+    "openpgp_fingerprint": openpgp_fingerprint,
+    "package_names": package_names,
+    "chart_ref": chart_ref,
+    "inventory_host": inventory_host,
+    "sqs_queue": sqs_queue,
+    "iam_name": iam_name,
+    "log_level": log_level,
+    "pem": pem,
+    "variable_name": variable_name,
+    "since": since,
+    "feature_gates": feature_gates,
+    "aws_tags": aws_tags,
     "object_name": object_name,
     "service_name": service_name,
     "subdomain": subdomain_name,
@@ -1115,6 +1383,18 @@ SYNTAX_BY_SUFFIX = {
     "_proxy": "proxy_url",
     "_digest": "image_digest",
     "_role_arn": "iam_role_arn",
+    "_url": "url",
+    "_image": "image",
+    "_image_registry": "image_registry",
+    "_image_repository": "image_repository",
+    "_tag": "image_tag",
+    "_version": "version",
+    "_metric": "prometheus_metric",
+    "_region": "aws_region",
+    "_chart_ref": "chart_ref",
+    "_control_host": "inventory_host",
+    "_file": "host_path",
+    "_namespaces": "namespaces",
 }
 
 # By the full name, over the end of the name: None marks a name that is free text, with the reason in FREE_TEXT.
@@ -1137,6 +1417,36 @@ SYNTAX_BY_NAME = {
     "_k8s_name": "subdomain",
     "node_maintenance_resource": "label_key",
     "_k8s_crd": "subdomain",
+    "_k8s_crds": "subdomains",
+    "_k8s_crd_mode_variable": "variable_name",
+    "_k8s_file_variable": "variable_name",
+    "container_toolkit_repo_url": "repo_url",
+    "container_toolkit_repo_key_url": "repo_url",
+    "container_toolkit_repo_key_fingerprint": "openpgp_fingerprint",
+    "container_toolkit_packages": "package_names",
+    "driver_mirror_url": "repo_url",
+    "driver_branch": "driver_branch",
+    "device_plugin_helm_repo_url": "helm_url",
+    # URLs whose rule in RULES is the url rule after a form check of its own (one message each)
+    "prometheus_stack_chart_repo_url": None,
+    "gpu_metrics_adapter_prometheus_url": None,
+    "dcgm_exporter_version": None,  # an image tag, rule in RULES
+    "device_plugin_version": "image_tag",
+    "gpu_metrics_adapter_version": "image_tag",
+    "cluster_autoscaler_kubernetes_version": "kubernetes_minor",
+    "gke_driver_installer_cos_image": "image_repository",
+    "gke_driver_installer_ubuntu_image": "image_repository",
+    "gke_driver_installer_pause_image": "image_repository",
+    "gpu_health_nvidia_smi": "host_path",
+    "gpu_health_since": "since",
+    "gpu_metrics_adapter_ca_bundle": "pem",
+    "karpenter_cluster_endpoint": "url",
+    "karpenter_interruption_queue": "sqs_queue",
+    "karpenter_log_level": "log_level",
+    "karpenter_feature_gates": "feature_gates",
+    "karpenter_gpu_node_role": "iam_name",
+    "karpenter_gpu_instance_profile": "iam_name",
+    "karpenter_gpu_ec2_tags": "aws_tags",
 }
 
 FREE_TEXT = {
@@ -1148,9 +1458,94 @@ FREE_TEXT = {
     "gpu_autoscaling_target_value": "a Kubernetes quantity (rule gpu_target; rendered with to_json)",
     "karpenter_gpu_node_class": "another node class's group, kind and name (rule node_class_ref; rendered with to_json)",
 }
+FREE_TEXT.update({
+    "gpu_alerts_severity_critical": "the severity label of the critical alerts, any text (rendered by to_nice_yaml)",
+    "gpu_alerts_severity_warning": "the severity label of the warning alerts, any text (rendered by to_nice_yaml)",
+    "preflight_supported_os": "distribution and major version pairs compared with the host's facts, never rendered",
+    "prometheus_stack_gpu_alert_matchers": "Alertmanager matchers, any text (rendered in the chart's values as data)",
+    "node_maintenance_step": "the name of the step that failed, only in the role's message",
+    # the private role _k8s: set by the collection's roles, never by a user
+    "_k8s_owner": "the role that owns the objects (the collection's own role name, set by its roles)",
+    "_k8s_crds_reason": "a message of the calling role, rendered only in its failure message",
+    "_k8s_crds_fix": "a message of the calling role, rendered only in its failure message",
+    "_k8s_namespace_hint": "a message of the calling role, rendered only in its failure message",
+    "_k8s_crd_provider": "a message of the calling role, rendered only in its failure message",
+    "_k8s_file_content": "the file the calling role rendered (written as data, never templated again)",
+    "_k8s_file_message": "a message of the calling role, rendered only in its output",
+    "_k8s_what": "a word of the calling role's message (pod, node)",
+    "_k8s_take_over_managers": "field manager names compared with the objects' managedFields, never rendered",
+    "_k8s_resource": "the Kubernetes API resource the calling role's objects are of (its own data)",
+    "_k8s_objects": "the objects the calling role built (its own data, sent to the API as JSON)",
+    "_k8s_removed": "the objects the calling role removes (its own data, sent to the API as JSON)",
+})
+
+# Options whose content goes through unchecked to a program, a chart or a host, each with what setting it grants (the
+# one list of them: docs/security.md, "Pass-through options", lists the same names and is kept in step by
+# tests/unit/test_role_inputs_declared.py). Setting one is as much as the grant says: only who may have that may set
+# them. Keys of container_toolkit_config_settings and dcgm_exporter's host paths that undo a defence are refused
+# unless the role's <role>_allow_unsafe_settings is true.
+PASS_THROUGH = {
+    "cluster_autoscaler_extra_args": "any flag of the cluster autoscaler: its AWS and cluster permissions",
+    "container_toolkit_docker_settings": "any Docker daemon.json setting: root on the GPU host (Docker's socket, "
+                                         "runtimes, registries)",
+    "container_toolkit_config_settings": "any nvidia-container-toolkit config.toml key: root on the GPU host; the "
+                                         "keys that undo GPU isolation or name binaries need "
+                                         "container_toolkit_allow_unsafe_settings",
+    "device_plugin_helm_values": "any value of NVIDIA's device plugin chart: a privileged DaemonSet, root on every "
+                                 "GPU node",
+    "prometheus_stack_values": "any value of kube-prometheus-stack: its ClusterRoles (cluster-wide read, Secrets) "
+                               "and privileged node-exporter pods",
+    "gpu_metrics_adapter_extra_rules": "prometheus-adapter rules: any PromQL query as a metric of the custom "
+                                       "metrics API (what Prometheus holds, to whoever may read that API)",
+    "karpenter_extra_env": "any environment variable of the Karpenter controller: its AWS permissions",
+    "driver_reboot_command": "a command run as root on the GPU host",
+    "driver_reboot_boot_time_command": "a command run as root on the GPU host",
+    "node_maintenance_reboot_command": "a command run as root on the GPU host",
+    "node_maintenance_reboot_boot_time_command": "a command run as root on the GPU host",
+    "gpu_health_reset_command": "a command run as root on the GPU host",
+    "gpu_health_processes_command": "a command run as root on the GPU host",
+    "gpu_health_driver_reload_command": "a command run as root on the GPU host",
+}
+
+# Options whose syntax is checked by a role's own code rather than a rule here, with where (docs/development.md,
+# "Where inputs are checked").
+CHECKED_BY = {
+    "dcgm_exporter_counters": "the filter dcgm_counters_csv (field names and types), before any change",
+    "dcgm_exporter_extra_counters": "the filter dcgm_counters_csv (field names and types), before any change",
+    "gpu_alerts_job": "the filter gpu_alert_rules (a Prometheus label value), before any change",
+    "node_maintenance_max_unavailable": "the filter maintenance_settings (a count or a percentage)",
+} | {"gpu_alerts_%s_for" % n: "the filter gpu_alert_rules (a Prometheus duration), before any change"
+     for n in ("target_down", "xid", "gpu_temp", "memory_temp", "ecc_dbe", "row_remap", "framebuffer", "gpu_count")}
+
 # The kubeconfig file and context are read by the Kubernetes client on the controller, never rendered; inventory
 # group names are not Kubernetes names.
 FREE_SUFFIXES = ("_kubeconfig", "_kube_context", "_context", "_gpu_group", "_group")
+
+
+def declared_kind(role, name, spec=None, rules=None):
+    """How an option's syntax is declared, None when it is not: its type (bool, int, float), its choices, a syntax
+    rule (syntax_kind()), a range or form rule (RULES), free text rendered only as data (FREE_TEXT), a
+    pass-through option (PASS_THROUGH) or a role's own check (CHECKED_BY)."""
+    spec = spec or {}
+    typ = spec.get("type", "str")
+    if typ in ("bool", "int", "float"):
+        return typ
+    if typ == "list" and spec.get("elements") in ("bool", "int", "float"):
+        return "list of %s" % spec["elements"]
+    if spec.get("choices"):
+        return "choices"
+    kind_ = syntax_kind(role, name, spec)
+    if kind_:
+        return kind_
+    if name in (RULES.get(role.rsplit(".", 1)[-1], {}) if rules is None else rules):
+        return "rule"
+    if name in FREE_TEXT or name.endswith(FREE_SUFFIXES):
+        return "free_text"
+    if name in PASS_THROUGH:
+        return "pass_through"
+    if name in CHECKED_BY:
+        return "checked_by"
+    return None
 
 
 def syntax_kind(role, name, spec=None):
