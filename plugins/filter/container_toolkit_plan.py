@@ -18,6 +18,10 @@ short_description: The container_toolkit role's decisions for one host (runtimes
 description:
   - Used by the C(container_toolkit) role, whose tasks only carry its answer out. Called with what the tasks have
     read so far - the runtimes' systemd units, then the installed packages, then the configuration files changed.
+  - Fails naming the keys when C(container_toolkit_config_settings) sets a key that undoes a defence (the isolation
+    keys, C(nvidia-container-cli.ldconfig) other than the toolkit's C(@/sbin/ldconfig), C(nvidia-container-cli.root)
+    and C(.path), C(nvidia-container-runtime.runtimes), hook and binary paths) unless
+    C(container_toolkit_allow_unsafe_settings) is true; then C(config.unsafe_keys) names them for the role's warning.
   - Says which runtimes to configure (those asked for, else those whose unit is installed); the packages to read,
     install (apt names with the version pin; the legacy C(nvidia-docker2) unpinned) and hold; the NVIDIA runtime's
     C(config.toml) settings for GPU isolation (the site's own settings win); whether to generate the CDI spec; which
@@ -33,7 +37,8 @@ options:
     description: The role's variables by name (C(container_toolkit_packages), C(container_toolkit_version),
       C(container_toolkit_nvidia_docker2), C(container_toolkit_hold), C(container_toolkit_runtimes),
       C(container_toolkit_restart), C(container_toolkit_isolate_gpus), C(container_toolkit_config_settings),
-      C(container_toolkit_cdi_spec), C(container_toolkit_gpu_check)).
+      C(container_toolkit_cdi_spec), C(container_toolkit_gpu_check); C(container_toolkit_allow_unsafe_settings),
+      false when missing).
     type: dict
     required: true
   units:
@@ -69,7 +74,7 @@ _value:
     - C(runtimes_installed), C(runtimes), C(runtimes_reason), C(ctk_runtimes) (configured through nvidia-ctk),
       C(driver_loaded), C(arch), C(packages), C(read) (C(names), C(versions)), C(install) (C(needed), C(names),
       C(allow_change_held), C(reason)), C(hold) (C(packages), C(needed), C(reason)), C(config) (C(settings),
-      C(isolation)), C(cdi) (C(wanted), C(skip_reason)), C(restart), C(not_restarted), C(gpu_check) (C(run),
+      C(isolation), C(unsafe_keys)), C(cdi) (C(wanted), C(skip_reason)), C(restart), C(not_restarted), C(gpu_check) (C(run),
       C(probe_dockerd), C(skip_reason)).
   type: dict
 """
@@ -105,13 +110,48 @@ def installed_runtimes(units: Any) -> list[str]:
     return found
 
 
+# The toolkit's own ldconfig values (its default, and Ubuntu's/Debian's ldconfig.real wrapper).
+SAFE_LDCONFIG = ("@/sbin/ldconfig", "@/sbin/ldconfig.real", "/sbin/ldconfig", "/sbin/ldconfig.real")
+# config.toml keys that undo a defence: GPU isolation, or the binaries and root the runtime runs as root.
+UNSAFE_KEYS = (ENVVAR_KEY, VOLUME_MOUNTS_KEY, "accept-nvidia-visible-devices-envvar-as-volume-mounts",
+               "nvidia-container-cli.root", "nvidia-container-cli.path", "nvidia-container-cli.ldconfig",
+               "nvidia-container-cli.no-pivot", "nvidia-container-cli.no-cgroups", "nvidia-container-cli.user",
+               "nvidia-container-runtime.runtimes", "nvidia-container-runtime.modes.csv.mount-spec-path",
+               "nvidia-container-runtime-hook.path", "nvidia-ctk.path", "nvidia-container-runtime.modes.cdi.spec-dirs")
+
+
+def unsafe_keys(config_settings: Any) -> list[str]:
+    """The keys of container_toolkit_config_settings that undo a defence (UNSAFE_KEYS, any key ending in .path or
+    holding "hook", the isolation keys under any prefix; nvidia-container-cli.ldconfig unless the toolkit's own)."""
+    out = []
+    for key, value in (config_settings or {}).items():
+        name = str(key).strip().lower()
+        if name == "nvidia-container-cli.ldconfig" and str(value).strip() in SAFE_LDCONFIG:
+            continue
+        if (name in UNSAFE_KEYS or name.endswith(".path") or "hook" in name
+                or name.rsplit(".", 1)[-1].startswith("accept-nvidia-visible-devices")):
+            out.append(str(key))
+    return sorted(out)
+
+
 def _config_settings(settings: Mapping) -> dict:
     """config.toml keys (nvidia-ctk config --set) for GPU isolation; the site's own settings win.
 
     Volume-mount requests stay accepted without isolation, so the device plugin's volume-mounts strategy still works.
+    The site's keys that undo a defence (unsafe_keys) are refused unless container_toolkit_allow_unsafe_settings.
     """
     wanted = {ENVVAR_KEY: not as_bool(settings["container_toolkit_isolate_gpus"]), VOLUME_MOUNTS_KEY: True}
-    wanted.update(settings.get("container_toolkit_config_settings") or {})
+    own = settings.get("container_toolkit_config_settings") or {}
+    if not isinstance(own, Mapping):
+        raise AnsibleFilterError("container_toolkit_config_settings must be a mapping of config.toml keys to values")
+    unsafe = unsafe_keys(own)
+    if unsafe and not as_bool(settings.get("container_toolkit_allow_unsafe_settings", False)):
+        raise AnsibleFilterError(
+            "container_toolkit_config_settings: %s would undo a defence (GPU isolation, or the binaries and root the "
+            "NVIDIA runtime runs as root) and is refused; nothing was changed. Use container_toolkit_isolate_gpus for "
+            "isolation, leave these keys to the toolkit, or, only where whoever sets these variables may be root on "
+            "the GPU hosts, set container_toolkit_allow_unsafe_settings: true (UNSAFE)." % ", ".join(unsafe))
+    wanted.update(own)
     return wanted
 
 
@@ -227,6 +267,8 @@ def container_toolkit_plan(facts: Any, settings: Any, units: Any = None, package
         },
         "config": {
             "settings": _config_settings(settings),
+            # Allowed by container_toolkit_allow_unsafe_settings: the role warns naming them.
+            "unsafe_keys": unsafe_keys(settings.get("container_toolkit_config_settings")),
             "isolation": "on" if isolate else "OFF (any container may ask for GPUs by environment variable)",
         },
         "cdi": {

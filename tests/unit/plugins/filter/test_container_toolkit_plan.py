@@ -6,6 +6,8 @@ k8sgpu.nvidia.dpkg_packages' (packages, ready, held).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from ansible.errors import AnsibleFilterError
 
@@ -114,12 +116,15 @@ def test_runtimes_asked_for_are_configured_in_order_even_without_a_unit():
 
 
 def test_isolation_settings():
-    assert container_toolkit_plan(FACTS, settings())["config"] == {"settings": ISOLATED, "isolation": "on"}
+    assert container_toolkit_plan(FACTS, settings())["config"] == {"settings": ISOLATED, "isolation": "on",
+                                                                   "unsafe_keys": []}
     off = container_toolkit_plan(FACTS, settings(container_toolkit_isolate_gpus=False))["config"]
     assert off == {"settings": {**ISOLATED, "accept-nvidia-visible-devices-envvar-when-unprivileged": True},
-                   "isolation": "OFF (any container may ask for GPUs by environment variable)"}
-    site = container_toolkit_plan(FACTS, settings(container_toolkit_config_settings={
+                   "isolation": "OFF (any container may ask for GPUs by environment variable)", "unsafe_keys": []}
+    site = container_toolkit_plan(FACTS, settings(container_toolkit_allow_unsafe_settings=True,
+                                                  container_toolkit_config_settings={
         "accept-nvidia-visible-devices-as-volume-mounts": False, "nvidia-container-runtime.log-level": "debug"}))
+    assert site["config"]["unsafe_keys"] == ["accept-nvidia-visible-devices-as-volume-mounts"]
     assert site["config"]["settings"] == {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
                                           "accept-nvidia-visible-devices-as-volume-mounts": False,
                                           "nvidia-container-runtime.log-level": "debug"}
@@ -186,3 +191,52 @@ def test_bad_input_names_what_is_wrong():
         container_toolkit_plan(FACTS, settings(container_toolkit_runtimes=["podman"]))
     with pytest.raises(AnsibleFilterError, match="changes per runtime"):
         container_toolkit_plan(FACTS, settings(), changes=["docker"])
+
+
+# Issue 46 item 2: container_toolkit_config_settings keys that undo a defence need container_toolkit_allow_unsafe_settings.
+UNSAFE = [
+    {"accept-nvidia-visible-devices-envvar-when-unprivileged": True},
+    {"accept-nvidia-visible-devices-as-volume-mounts": False},
+    {"nvidia-container-cli.ldconfig": "/tmp/evil"},
+    {"nvidia-container-cli.ldconfig": "@/tmp/evil"},
+    {"nvidia-container-cli.root": "/"},
+    {"nvidia-container-cli.path": "/tmp/nvidia-container-cli"},
+    {"nvidia-container-runtime.runtimes": ["/tmp/runc"]},
+    {"nvidia-container-runtime-hook.path": "/tmp/hook"},
+    {"nvidia-container-runtime-hook.skip-mode-detection": True},
+    {"nvidia-ctk.path": "/tmp/nvidia-ctk"},
+    {"nvidia-container-cli.no-cgroups": True},
+    {"NVIDIA-Container-Cli.Root": "/"},
+]
+
+
+@pytest.mark.parametrize("config", UNSAFE)
+def test_a_key_that_undoes_a_defence_is_refused_naming_it_and_the_fix(config):
+    with pytest.raises(AnsibleFilterError) as err:
+        container_toolkit_plan(FACTS, settings(container_toolkit_config_settings=config))
+    message = str(err.value)
+    (key,) = config
+    assert message.startswith("container_toolkit_config_settings: " + key) and "refused" in message
+    assert "container_toolkit_allow_unsafe_settings: true" in message and "container_toolkit_isolate_gpus" in message
+    allowed = container_toolkit_plan(FACTS, settings(container_toolkit_config_settings=config,
+                                                     container_toolkit_allow_unsafe_settings=True))
+    assert allowed["config"]["unsafe_keys"] == [key] and allowed["config"]["settings"][key] == config[key]
+
+
+@pytest.mark.parametrize("config", [
+    {"nvidia-container-cli.ldconfig": "@/sbin/ldconfig"},
+    {"nvidia-container-cli.ldconfig": "@/sbin/ldconfig.real"},
+    {"nvidia-container-runtime.log-level": "debug"},
+    {"nvidia-container-cli.debug": "/var/log/nvidia-container-toolkit.log"},
+    {"nvidia-container-runtime.mode": "cdi"},
+])
+def test_harmless_keys_pass_without_the_opt_in(config):
+    plan = container_toolkit_plan(FACTS, settings(container_toolkit_config_settings=config))
+    assert plan["config"]["unsafe_keys"] == []
+
+
+def test_the_role_warns_naming_the_unsafe_keys_and_passes_the_opt_in():
+    root = Path(__file__).resolve().parents[4] / "roles" / "container_toolkit"
+    assert "container_toolkit_allow_unsafe_settings" in (root / "vars" / "main.yml").read_text()
+    preflight = (root / "tasks" / "preflight.yml").read_text()
+    assert "_container_toolkit_decisions.config.unsafe_keys | join" in preflight
