@@ -141,10 +141,11 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def check_endpoint(url: str, allow_http: bool = False, source: str = "endpoint_url") -> None:
+def check_endpoint(url: str, allow_http: bool = False, source: str = "endpoint_url", fix: str | None = None) -> None:
     """Raise EndpointError when the AWS endpoint url must not receive signed requests: not http(s), user
     information in it, or plain http on a host other than loopback without allow_http. source names where the URL
-    came from, for the message."""
+    came from, for the message; fix replaces the plain-http message's advice (the modules' allow_http_endpoint_url)
+    where that option is not the caller's (filter aws_endpoint_check, for playbooks/eks.yml)."""
     parts = urlsplit(url)
     if parts.username is not None:  # first: the messages below quote the URL
         raise EndpointError(f"{source} has user information (user@ or user:password@); give credentials with "
@@ -159,7 +160,7 @@ def check_endpoint(url: str, allow_http: bool = False, source: str = "endpoint_u
         raise EndpointError(
             f"{source} {url} is plain http on {parts.hostname}, not a loopback address: every request's signature "
             "(a replayable SigV4 Authorization header) and the session token would cross the network unencrypted. "
-            "Use https, or set allow_http_endpoint_url: true for a test server on a network you trust")
+            + (fix or "Use https, or set allow_http_endpoint_url: true for a test server on a network you trust"))
 
 
 class PlainHttpRefused(BotoCoreError):
