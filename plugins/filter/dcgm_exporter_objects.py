@@ -24,7 +24,7 @@ description:
     comment is the setting C(managed); every value in it is written as P(ansible.builtin.to_json#filter) writes it.
   - A part reads only the settings it needs, so Ansible templates only those.
   - Fails naming the setting when one is missing or of the wrong type.
-positional: _input, part
+positional: _input, part, allow_unsafe_settings
 options:
   _input:
     description: >-
@@ -32,7 +32,8 @@ options:
       counters_csv (as P(k8sgpu.nvidia.dcgm_counters_csv#filter) writes it), port, collect_interval_ms,
       gpus_by_volume_mount, kubelet_pod_resources_dir, node_affinity_label, tolerations, priority_class,
       runtime_class, resources, probe_initial_delay, probe_period, probe_timeout, probe_failure_threshold (for
-      C(objects)); name, namespace, labels, service_monitor_labels, scrape_interval (for C(service_monitor)); name,
+      C(objects): a kubelet_pod_resources_dir that is not C(<kubelet root-dir>/pod-resources) fails naming
+      dcgm_exporter_kubelet_pod_resources_dir, or with O(allow_unsafe_settings) is warned about); name, namespace, labels, service_monitor_labels, scrape_interval (for C(service_monitor)); name,
       namespace, scrape_interval and managed, the text of the file's first comment (for C(scrape_config)). They are
       the dcgm_exporter role's variables without the prefix, and what its vars derive from them.
     type: dict
@@ -41,6 +42,12 @@ options:
     description: The part to build; without it, all three in a dict.
     type: str
     choices: [objects, service_monitor, scrape_config]
+  allow_unsafe_settings:
+    description: The role's dcgm_exporter_allow_unsafe_settings - a kubelet_pod_resources_dir outside the kubelet's
+      pod-resources directory is let through, with a warning, instead of failing.
+    type: bool
+    default: false
+    version_added: 1.3.0
 """
 
 EXAMPLES = r"""
@@ -71,13 +78,19 @@ _value:
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible.utils.display import Display
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _dcgm, _node_daemonset
 
 
-def dcgm_exporter_objects(settings: Any, part: Any = None) -> Any:
+def dcgm_exporter_objects(settings: Any, part: Any = None, allow_unsafe_settings: Any = False) -> Any:
     try:
-        return _dcgm.exporter_objects(settings, part)
+        if part in (None, "objects") and isinstance(settings, dict) and "kubelet_pod_resources_dir" in settings:
+            warning = _dcgm.check_host_paths({"kubelet_pod_resources_dir": settings["kubelet_pod_resources_dir"],
+                                              "allow_unsafe_settings": allow_unsafe_settings})
+            if warning:
+                Display().warning(warning)  # once per run: Display shows a given warning text once
+        return _dcgm.exporter_objects(settings, part, allow_unsafe_settings)
     except _node_daemonset.NodeDaemonSetError as exc:
         raise AnsibleFilterError(str(exc)) from None
 

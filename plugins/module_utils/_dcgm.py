@@ -148,16 +148,60 @@ def comment(text: str) -> str:
     return "#\n" + ("# " + text.replace("\n", "\n# ")).replace("# \n", "#\n") + "\n#"
 
 
-def exporter_objects(settings: Any, part: str | None = None) -> Any:
+def exporter_objects(settings: Any, part: str | None = None, allow_unsafe_settings: Any = False) -> Any:
     """What the role puts into the cluster, one part or all: objects, [ConfigMap, DaemonSet, Service] (applied in
     this order); service_monitor, the ServiceMonitor; scrape_config, the text of the equivalent Prometheus scrape
     configuration file. Without part, {objects, service_monitor, scrape_config}."""
     if part is not None and part not in PARTS:
         raise DcgmError(f"{OWNER}: part must be one of {', '.join(PARTS)}, got {part!r}")
     builders = {"objects": _workload, "service_monitor": _service_monitor, "scrape_config": _scrape_config}
+
+    def of(name: str) -> dict:
+        s = nd.settings_of(settings, SETTINGS[name], OWNER)
+        if name == "objects":  # lets check_host_paths pass (with a warning) what it refuses
+            s["allow_unsafe_settings"] = allow_unsafe_settings
+        return s
+
     if part is not None:
-        return builders[part](nd.settings_of(settings, SETTINGS[part], OWNER))
-    return {name: builders[name](nd.settings_of(settings, SETTINGS[name], OWNER)) for name in PARTS}
+        return builders[part](of(part))
+    return {name: builders[name](of(name)) for name in PARTS}
+
+
+POD_RESOURCES_NAME = "pod-resources"
+
+
+def host_path_problem(path: Any) -> str | None:
+    """Why dcgm_exporter_kubelet_pod_resources_dir is not the kubelet's pod-resources directory (None when it is).
+
+    The directory is a hostPath volume of a root (uid 0, with SYS_ADMIN for profiling) container: anything else of the
+    host there (/, /etc, the kubelet's whole directory with every pod's Secret volumes) is readable by the exporter's
+    image. The rule: an absolute, normalised path without '..' whose last component is pod-resources - the kubelet's
+    --root-dir (/var/lib/kubelet by default; /var/lib/k0s/kubelet, /var/snap/microk8s/common/var/lib/kubelet, ...)
+    followed by /pod-resources."""
+    if not isinstance(path, str) or not path.startswith("/") or re.search(r"[\x00-\x1f\x7f]", path):
+        return "it must be an absolute path"
+    parts = path.split("/")[1:]
+    if path != "/" and (".." in parts or "." in parts or "" in parts):
+        return "it must be normalised, without '..', '.', '//' or a trailing '/'"
+    if parts[-1] != POD_RESOURCES_NAME or len(parts) < 2:
+        return (f"it must be the kubelet's {POD_RESOURCES_NAME} directory (<kubelet root-dir>/{POD_RESOURCES_NAME}, "
+                f"/var/lib/kubelet/{POD_RESOURCES_NAME} by default)")
+    return None
+
+
+def check_host_paths(s: dict) -> str | None:
+    """None, or (with allow_unsafe_settings) the warning for a pod-resources directory outside the rule; without it,
+    DcgmError naming the variable, the value and the fix."""
+    problem = host_path_problem(s["kubelet_pod_resources_dir"])
+    if not problem:
+        return None
+    text = (f"dcgm_exporter_kubelet_pod_resources_dir ({s['kubelet_pod_resources_dir']!r}) is mounted as a hostPath "
+            f"volume in the exporter's root container, and {problem}: another host directory there is readable by the "
+            "exporter's image (/ or /etc the whole host, the kubelet's directory every pod's Secrets).")
+    if nd.to_bool(s.get("allow_unsafe_settings") or False):
+        return text + " Let through because dcgm_exporter_allow_unsafe_settings is true."
+    raise DcgmError(text + " Give the kubelet's pod-resources directory, or set dcgm_exporter_allow_unsafe_settings: "
+                    "true to mount it anyway.")
 
 
 def _workload(s: dict) -> list[dict]:
@@ -166,6 +210,7 @@ def _workload(s: dict) -> list[dict]:
     name, namespace, labels, csv_text = s["name"], s["namespace"], s["labels"], s["counters_csv"]
     if not isinstance(csv_text, str):
         raise DcgmError(f"{OWNER}: counters_csv must be the counters CSV text (filter dcgm_counters_csv)")
+    check_host_paths(s)
     port = nd.to_int(s["port"], "dcgm_exporter_port")
     counters_name = f"{name}-counters"
     config_map = {

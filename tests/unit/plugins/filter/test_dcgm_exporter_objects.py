@@ -58,3 +58,33 @@ def test_bad_counters_are_named():
     settings = {**FROZEN["dcgm_exporter"][0]["settings"], "counters_csv": ["DCGM_FI_DEV_GPU_TEMP"]}
     with pytest.raises(AnsibleFilterError, match="counters_csv must be the counters CSV text"):
         dcgm_exporter_objects(settings, "objects")
+
+
+# --- the pod-resources hostPath (issue 46 item 2) --------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/var/lib/kubelet/pod-resources", "/var/lib/k0s/kubelet/pod-resources",
+                                  "/var/snap/microk8s/common/var/lib/kubelet/pod-resources"])
+def test_the_kubelets_pod_resources_directory_passes(path):
+    settings = {**FROZEN["dcgm_exporter"][0]["settings"], "kubelet_pod_resources_dir": path}
+    volumes = dcgm_exporter_objects(settings, "objects")[1]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "pod-gpu-resources", "hostPath": {"path": path}} in volumes
+
+
+@pytest.mark.parametrize("path", ["/", "/etc", "/var/lib/kubelet", "/var/lib/kubelet/pods", "/root/pod-resources/..",
+                                  "/var/lib/kubelet/./pod-resources", "pod-resources", "/pod-resources"])
+def test_another_host_directory_is_refused_unless_allowed_and_then_warned(path, monkeypatch):
+    settings = {**FROZEN["dcgm_exporter"][0]["settings"], "kubelet_pod_resources_dir": path}
+    with pytest.raises(AnsibleFilterError) as err:
+        dcgm_exporter_objects(settings, "objects")
+    assert str(err.value).startswith(f"dcgm_exporter_kubelet_pod_resources_dir ({path!r}) is mounted as a hostPath")
+    assert "dcgm_exporter_allow_unsafe_settings: true" in str(err.value)
+    warned = []
+    from ansible.utils.display import Display
+    monkeypatch.setattr(Display, "warning", lambda self, msg, *a, **k: warned.append(msg))
+    got = dcgm_exporter_objects(settings, "objects", True)
+    assert {"name": "pod-gpu-resources", "hostPath": {"path": path}} in got[1]["spec"]["template"]["spec"]["volumes"]
+    assert len(warned) == 1 and "Let through because dcgm_exporter_allow_unsafe_settings is true" in warned[0]
+    # The other parts neither read nor warn about it.
+    warned.clear()
+    dcgm_exporter_objects(settings, "service_monitor", True)
+    assert not warned
