@@ -161,3 +161,28 @@ def test_no_overflow_error_from_an_infinite_integer():
     errors, _warnings = ri.check("verify", options, {"verify_timeout": math.inf}, rules={})
     assert errors == ["verify: verify_timeout is inf; give a finite number from -%d to %d (NaN, infinities and "
                       "numbers past 64 bits are refused)" % (ri.NUMBER_LIMIT, ri.NUMBER_LIMIT)]
+
+
+def test_the_shared_variables_of_the_inventories_pass_and_hostile_ones_are_refused():
+    bad = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ri.SHARED_SYNTAX and "{{" not in str(value) and "${" not in str(value):
+                    bad.extend("%s: %s" % (where, e) for e in ri.shared_syntax_errors({key: value}))
+                walk(value, where)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, where)
+    for path in sorted(list(ROOT.glob("inventories/**/*.yml")) + list(ROOT.glob("molecule/**/*.yml"))):
+        try:
+            docs = list(yaml.safe_load_all(path.read_text()))
+        except yaml.YAMLError:
+            continue
+        for doc in docs:
+            walk(doc, path.relative_to(ROOT))
+    assert not bad, bad
+    errors = ri.shared_syntax_errors({"k8sgpu_node_name": "gpu-1\n---", "k8sgpu_aws_region": "eu-west-1; x",
+                                      "k8sgpu_apt_proxy": "http://p:3128\nAcquire::x 1", "k8sgpu_install_driver": "x"})
+    assert [e.split(" ", 1)[0] for e in errors] == ["k8sgpu_apt_proxy", "k8sgpu_aws_region", "k8sgpu_node_name"], errors

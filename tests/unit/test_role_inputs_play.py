@@ -323,3 +323,11 @@ def test_checks_of_the_role_own_node_class_and_of_state_present_only_follow_the_
                    check=True)
     assert rc == 0, out
     assert "changed=0" in out
+
+
+def test_a_shared_variable_with_a_syntax_is_checked_by_the_roles_first_task(tmp_path):
+    """Issue 46: shared k8sgpu_* variables with a declared syntax (module_utils/_role_inputs.py SHARED_SYNTAX) are
+    checked by every role's first task, before anything is touched."""
+    rc, out = play(tmp_path, [role("node_labels")], {"k8sgpu_node_name": "gpu-1\n---\nkind: Secret"}, check=True)
+    assert rc != 0, out
+    assert "node_labels: k8sgpu_node_name is 'gpu-1\\n---\\nkind: Secret'; a Kubernetes object name" in out, out
