@@ -85,6 +85,14 @@ def main():
     out = {"%s/%s" % pair: _outcome(pair[0], pair[1], {}) for pair in TEMPLATES}
     for role, template, name, index in CASES:
         out["%s/%s/%s/%d" % (role, template, name, index)] = _outcome(role, template, {name: value_of(role, name, index)})
+    # The driver's mirror found in the host's own sources (sources.yml's __driver_mirror), through vars/main.yml.
+    from ansible.errors import AnsibleError
+    for index, found in enumerate(HOSTILE_URLS + ["http://ftp.example/debian"]):
+        variables = {"ansible_facts": FACTS, "driver_mirror_url": "", "__driver_mirror": {"stdout": found + "\n"}}
+        try:
+            out["detected/%d" % index] = ["ok", fields(render("driver", "nvidia-debian.sources.j2", variables))]
+        except AnsibleError as error:
+            out["detected/%d" % index] = ["error", str(error)]
     print(json.dumps(out))
 
 
@@ -152,6 +160,15 @@ def test_the_reviews_repository_url_is_refused_by_the_input_check_and_by_the_sou
     status, text = outcome(role, template, {name: value})
     assert status == "error" and name in text and "refused (value not shown)" in text, text
     assert "pw" not in text.split("refused", 1)[1] and "Trusted" not in text, text
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE_URLS)))
+def test_the_mirror_found_on_the_host_goes_through_the_same_filter(index):
+    status, text = results()["detected/%d" % index]
+    assert status == "error" and "the Debian mirror found in localhost's apt sources" in text, text
+    assert "refused (value not shown)" in text and "Trusted" not in text and "pw" not in text.split("refused", 1)[1]
+    status, got = results()["detected/%d" % len(HOSTILE_URLS)]
+    assert status == "ok" and [f for f, _n in got] == ["Types", "URIs", "Suites", "Components", "Signed-By"], got
 
 
 def test_the_sources_render_as_before_with_the_defaults():
