@@ -139,3 +139,28 @@ def planned(live: Mapping | None, create: Mapping | None, updates: list[dict], t
     if tags is not None:
         after["tags"] = dict(tags)
     return after
+
+
+def exposure_warnings(live: Mapping | None, p: Mapping) -> list[str]:
+    """Warnings for a cluster left open (AWS's EKS best practices, CIS EKS benchmark 5.4.2 and 2.1.1): its API
+    server endpoint public to any address (the option, else the live cluster's, else EKS's create default: public,
+    0.0.0.0/0), or no audit log. With state present, from what the run asks for and what is there."""
+    vpc = (live or {}).get("resourcesVpcConfig") or {}
+    public = p.get("endpoint_public_access")
+    if public is None:
+        public = vpc.get("endpointPublicAccess", True)
+    cidrs = p.get("public_access_cidrs")
+    if cidrs is None:
+        cidrs = vpc.get("publicAccessCidrs") or ["0.0.0.0/0"]
+    out = []
+    if public and "0.0.0.0/0" in cidrs:
+        out.append(f"EKS cluster {p.get('name')}: its API server endpoint is public to any address (0.0.0.0/0). Set "
+                   "public_access_cidrs to the addresses that must reach it, or endpoint_public_access: false with "
+                   "endpoint_private_access: true.")
+    logs = p.get("logging")
+    if logs is None:
+        logs = enabled_logs(live) if live else []
+    if "audit" not in logs:
+        out.append(f"EKS cluster {p.get('name')}: the control plane's audit log is off. Set logging to include audit "
+                   "(playbooks/eks.yml's default: api, audit, authenticator).")
+    return out

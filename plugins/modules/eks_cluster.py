@@ -24,6 +24,11 @@ description:
     followed by the nodegroups, so the module does not start one), O(subnets) and O(security_groups).
   - O(state=absent) refuses to delete a cluster that still has nodegroups (it names them; delete them first, as
     C(playbooks/eks.yml)'s teardown does).
+  - With O(state=present), warns (AWS's EKS best practices, CIS EKS benchmark 5.4.2 and 2.1.1) when the API server
+    endpoint is public to any address - O(endpoint_public_access) true (asked, live, or EKS's create default) and
+    O(public_access_cidrs) unset or holding C(0.0.0.0/0) - and when the audit log is off (O(logging) without
+    C(audit)). C(playbooks/eks.yml) sets O(endpoint_private_access=true) and O(logging=[api, audit, authenticator])
+    unless its inventory says otherwise.
   - Enum values (O(logging), O(authentication_mode)) are checked against botocore's EKS model (shapes C(LogType),
     C(AuthenticationMode)) before any request.
   - Why not M(community.aws.eks_cluster) (community.aws 10.0.0, read from its source) - it has no logging, no
@@ -335,6 +340,8 @@ class Cluster(EksRun):
             self.module.exit_json(changed=bool(self.requests), requests=self.requests, updates=self.updates,
                                   diff={"before": plain(before), "after": {}})
         self.planned_updates = []
+        for warning in plan.exposure_warnings(live, p):
+            self.module.warn(warning)
         after_cluster = self.create() if live is None else self.update(live)
         if self.module.check_mode:
             create = next((r["params"] for r in self.requests if r["operation"] == "CreateCluster"), None)

@@ -143,3 +143,22 @@ def test_missing_create_options_and_unknown_region(run_cluster, aws, spec):
     r = run_cluster({**spec, "region": "us-east-8", **CREDS}, connection=False)
     assert r.get("failed") and "region 'us-east-8'" in r["msg"] and "endpoint_url" in r["msg"]
     assert "testing-secret" not in r["_stdout"]
+
+
+def test_an_open_endpoint_and_no_audit_log_are_warned_about(run_cluster, aws, spec):
+    # Issue 46: EKS's create default is a public endpoint open to 0.0.0.0/0; the module says so, and an audit log off.
+    r = ok(run_cluster({**spec, "logging": ["api"]}))
+    warnings = r.get("warnings") or []
+    assert any("API server endpoint is public to any address (0.0.0.0/0)" in w for w in warnings), warnings
+    assert any("audit log is off" in w for w in warnings), warnings
+    assert aws["eks"].describe_cluster(name=spec["name"])["cluster"]["resourcesVpcConfig"].get("endpointPublicAccess",
+                                                                                              True)
+    # A new cluster (moto's UpdateClusterConfig drops the subnets): private endpoint, public access limited to the
+    # site's addresses, the audit log on - no warning.
+    safe = {**spec, "name": spec["name"] + "-safe", "endpoint_private_access": True,
+            "public_access_cidrs": ["203.0.113.0/24"], "logging": ["api", "audit", "authenticator"]}
+    r = ok(run_cluster(safe))
+    assert not r.get("warnings"), r.get("warnings")
+    live = aws["eks"].describe_cluster(name=safe["name"])["cluster"]
+    assert live["resourcesVpcConfig"]["endpointPrivateAccess"] is True
+    assert live["resourcesVpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
