@@ -12,8 +12,8 @@ description:
   - For a file:// key URL returns its path when it lies under C(/etc/apt/keyrings), C(/usr/share/keyrings), a
     directory of O(dirs) (the site's C(container_toolkit_key_dirs)), or is exactly C(<repo_url>/gpgkey) of a
     file:// mirror (the layout of NVIDIA's repository). Anything else fails naming the host, the variable and the
-    fix, before the role reads or writes anything: a key URL could otherwise make the role read any file of the
-    host as root.
+    fix, before the role reads or writes anything (a key URL could otherwise make the role read any file of the
+    host as root).
   - The path is checked as text, after the URL syntax check of module_utils/_url.py - absolute, no C(..), no C(.),
     no empty segment; the directories must be absolute and are compared segment by segment.
 positional: _input

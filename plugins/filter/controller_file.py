@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: controller_file
-version_added: 1.3.0
+version_added: 1.2.0
 short_description: Where a role may write a file on the controller, and whether it may replace the file there
 description:
   - A relative path is taken under C(playbook_dir); an absolute path must be under C(playbook_dir) or under the

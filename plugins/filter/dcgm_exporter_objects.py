@@ -47,7 +47,7 @@ options:
       pod-resources directory is let through, with a warning, instead of failing.
     type: bool
     default: false
-    version_added: 1.3.0
+    version_added: 1.2.0
 """
 
 EXAMPLES = r"""

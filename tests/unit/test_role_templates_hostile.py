@@ -46,6 +46,8 @@ GIVEN = {
     "karpenter_gpu_node_role": "KarpenterNodeRole-lab",
     "gpu_autoscaling_target_name": "trainer",
     "_karpenter_crds": [],
+    # set by gpu_metrics_adapter's tasks/files.yml (the controller_file filter's plan) before it renders
+    "__gpu_metrics_adapter_file": {"marker": "# Managed by k8sgpu.nvidia gpu_metrics_adapter\n", "path": "/tmp/x", "mode": "0644"},
 }
 
 HOSTILE = ["x\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: evil}", "x\n  evil: 1", "x: y",
