@@ -213,25 +213,18 @@ def test_proxy_with_a_password_is_never_shown_in_a_refusal():
     assert "S3cretPw" not in error and "alice" not in error and "no path" in error
 
 
-def test_the_lab_and_example_inventories_pass():
-    """The values the lab, molecule and example inventories give pass the syntax checks (the real roles accept
-    them): each option found in their YAML with a literal value."""
-    options = {}
-    for role, name, spec in all_options():
-        options.setdefault(name, (role, spec))
-    bad = []
-
+def literal_values():
+    """(file, key, value) for every key of the lab, molecule and example inventories' YAML whose value is literal:
+    "{{ }}" is templated and "${ }" is molecule's environment substitution."""
     def walk(node, where):
         if isinstance(node, dict):
             for key, value in node.items():
-                # "{{ }}" is templated and "${ }" is molecule's environment substitution: not literal values
-                if key in options and "{{" not in str(value) and "${" not in str(value):
-                    role, spec = options[key]
-                    bad.extend("%s: %s" % (where, e) for e in ri.syntax_errors(role, {key: spec}, {key: value}))
-                walk(value, where)
+                if "{{" not in str(value) and "${" not in str(value):
+                    yield where, key, value
+                yield from walk(value, where)
         elif isinstance(node, list):
             for item in node:
-                walk(item, where)
+                yield from walk(item, where)
 
     for path in sorted(list(ROOT.glob("inventories/**/*.yml")) + list(ROOT.glob("molecule/**/*.yml"))):
         try:
@@ -239,7 +232,20 @@ def test_the_lab_and_example_inventories_pass():
         except yaml.YAMLError:
             continue
         for doc in docs:
-            walk(doc, path.relative_to(ROOT))
+            yield from walk(doc, path.relative_to(ROOT))
+
+
+def test_the_lab_and_example_inventories_pass():
+    """The values the lab, molecule and example inventories give pass the syntax checks (the real roles accept
+    them): each option found in their YAML with a literal value."""
+    options = {}
+    for role, name, spec in all_options():
+        options.setdefault(name, (role, spec))
+    bad = []
+    for where, key, value in literal_values():
+        if key in options:
+            role, spec = options[key]
+            bad.extend("%s: %s" % (where, e) for e in ri.syntax_errors(role, {key: spec}, {key: value}))
     assert not bad, bad
 
 
