@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import (
+    headers_metapackages, kernel_metapackages)
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._plan_values import as_bool, as_text
 
 
@@ -322,8 +324,16 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
     version_wanted = version or branch
     versions = {name: version_wanted for name in versioned} if version_wanted else {}
     header_package, header_detail = _headers(facts, headers_available)
+    # The headers metapackage of each installed kernel metapackage (linux-image-amd64 -> linux-headers-amd64): the
+    # next kernel the site's patching installs comes with its headers, and DKMS builds the module for it.
+    kernel_metas = (kernel_metapackages(distribution, as_text(facts.get("distribution_version")),
+                                        as_text(facts.get("architecture")))
+                    if as_bool(settings.get("driver_kernel_headers", True)) else {})
+    header_metas = [name for name in headers_metapackages(
+        distribution, as_text(facts.get("distribution_version")), as_text(facts.get("architecture")),
+        (packages or {}).get("packages")) if kernel_metas and name != header_package]
     driver_packages = _packages(distribution, prefix, branch, flavour, as_bool(settings["driver_ubuntu_server"]))
-    wanted = driver_packages + [header_package]
+    wanted = driver_packages + [header_package] + header_metas
     pin = f"={version_wanted}*" if version_wanted else ""
     hold = [name for name in driver_packages if name.startswith("nvidia")] if as_bool(settings["driver_hold"]) else []
 
@@ -345,7 +355,7 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
     run_branch = branch or (DEBIAN_SUITE_BRANCH.get(as_text(facts.get("distribution_major_version")), "")
                             if distribution == "Debian" else "")
     unfinished = (packages or {}).get("unfinished") or {}
-    remove = other_branch_unfinished(unfinished, run_branch, keep=candidates + [header_package])
+    remove = other_branch_unfinished(unfinished, run_branch, keep=candidates + [header_package] + header_metas)
     left = [name for name in unfinished if name not in remove]
     finish = install_needed and (bool(left) or bool((packages or {}).get("interrupted")))
 
@@ -358,7 +368,8 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
         "kernel_modules": kernel,
         "open_packaged": open_packaged,
         # The packages to read: both flavours and the headers, with the version they must have.
-        "read": {"names": candidates + [header_package], "versions": versions},
+        "read": {"names": candidates + [header_package] + [n for n in kernel_metas if n != header_package]
+                 + [n for n in kernel_metas.values() if n != header_package], "versions": versions},
         "packages": wanted,
         "driver_package": driver_packages[0],
         "version_wanted": version_wanted,
@@ -379,7 +390,7 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
             "reason": (f"{', '.join(unheld)} not held" if unheld else
                        "every driver package held" if hold else "driver_hold is false"),
         },
-        "headers": {"name": header_package, "detail": header_detail},
+        "headers": {"name": header_package, "detail": header_detail, "metapackages": header_metas},
         "repair": {
             "needed": bool(remove) or finish,
             "remove": remove,

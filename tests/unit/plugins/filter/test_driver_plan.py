@@ -44,6 +44,13 @@ def dpkg(installed: dict, held=(), ready=None):
     return {"packages": packages, "ready": list(installed) if ready is None else ready, "held": list(held)}
 
 
+# The kernel metapackages read beside the driver's packages, and their headers metapackages (Debian 12 amd64;
+# Ubuntu without distribution_version, so without the HWE ones).
+DEBIAN_KERNEL_METAPACKAGES = ["linux-image-amd64", "linux-image-cloud-amd64", "linux-image-rt-amd64",
+                              "linux-headers-amd64", "linux-headers-cloud-amd64", "linux-headers-rt-amd64"]
+UBUNTU_KERNEL_METAPACKAGES = [f"linux-{kind}-{flavour}" for kind in ("image", "headers")
+                              for flavour in ("generic", "virtual", "nvidia", "aws", "azure", "gcp", "oracle")]
+
 DEBIAN_OPEN = ["nvidia-driver", "nvidia-open-kernel-dkms", "nvidia-smi", "nvidia-persistenced", "gcc",
                "linux-headers-6.1.0-41-amd64"]
 
@@ -52,7 +59,8 @@ def test_fresh_debian_host_reads_both_flavours_then_installs_the_open_modules_an
     before = driver_plan(facts(), settings(), host=HOST)
     assert before["status"] == "pending" and not before["skip"] and before["has_gpu"]
     assert before["read"]["names"] == ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms", "nvidia-smi",
-                                       "nvidia-persistenced", "gcc", "linux-headers-6.1.0-41-amd64"]
+                                       "nvidia-persistenced", "gcc", "linux-headers-6.1.0-41-amd64",
+                                       *DEBIAN_KERNEL_METAPACKAGES]
     assert before["read"]["versions"] == {}
     assert not before["install"]["needed"] and before["result"]["packages"] == []
 
@@ -211,7 +219,7 @@ def test_ubuntu_metapackages(server, modules, names):
     assert plan["hold"]["packages"] == names
     assert plan["read"]["names"] == ["nvidia-driver-580", "nvidia-driver-580-open", "nvidia-driver-580-server",
                                      "nvidia-driver-580-server-open", "nvidia-utils-580", "nvidia-utils-580-server",
-                                     "linux-headers-6.8.0-85-generic"]
+                                     "linux-headers-6.8.0-85-generic", *UBUNTU_KERNEL_METAPACKAGES]
 
 
 def test_configuration_follows_the_settings():

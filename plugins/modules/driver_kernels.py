@@ -1,0 +1,183 @@
+#!/usr/bin/python
+# Copyright: k8sgpu.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: driver_kernels
+short_description: The NVIDIA kernel module of every installed kernel, its build, and the kernel the host will boot
+version_added: 1.2.0
+description:
+  - Reads every installed kernel (the images C(<root>/boot/vmlinuz-<release>), C(<root>/lib/modules/<release>) with the
+    kernel's own modules or its headers) and, for each, whether the NVIDIA kernel module of the driver branch is built
+    (DKMS's records under C(<root>/var/lib/dkms)) and installed (a C(nvidia*.ko*) file under
+    C(<root>/lib/modules/<release>/)), and whether its headers are there.
+  - With O(build), builds what is missing for every kernel that has headers (C(dkms autoinstall -k <release>)) and
+    reads again; in check mode it only reports what it would build (RV(would_build)). A second run builds nothing.
+  - Decides whether a reboot may be done (RV(reboot)); the kernel the host will boot is GRUB's C(next_entry), else
+    its saved entry where C(GRUB_DEFAULT=saved), else an entry named in C(GRUB_DEFAULT), else the newest installed
+    image (GRUB's first entry). That kernel must have a built module of the branch, else RV(reboot.allowed) is false
+    and RV(reboot.reason) names the host, the kernel and the fix. An entry that names no installed kernel leaves
+    every installed image to check; a host with no image under C(/boot) (a container) has every installed kernel
+    checked.
+  - Written because the reading is a walk of three trees and a version sort that Jinja cannot do readably, and the
+    decision must be the same for the driver role's reboot, M(k8sgpu.nvidia.k8s_node_maintenance)'s callers
+    (C(node_maintenance)'s reboot) and C(gpu_health)'s reboot recovery.
+author:
+  - k8sgpu.nvidia maintainers (@k8sgpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: linux
+options:
+  root:
+    description: The filesystem root the trees are read under; for tests and image builds, V(/) on hosts.
+    type: path
+    default: /
+  branch:
+    description:
+      - The driver branch whose module each kernel must have (V(535)), or a version of it (V(535.261.03-1)). Empty
+        means the branch of the running kernel's DKMS module, else the newest DKMS has.
+    type: str
+    default: ""
+  build:
+    description: Build the missing module with C(dkms autoinstall -k <release>) for every kernel that has headers.
+    type: bool
+    default: false
+  host:
+    description: The inventory host name, for the messages.
+    type: str
+    default: ""
+notes:
+  - A host never boots the kernel it was checked for in a container; there only the build and the files are proven.
+seealso:
+  - module: k8sgpu.nvidia.driver_reboot_check
+"""
+
+EXAMPLES = r"""
+- name: Build the NVIDIA module for every installed kernel
+  k8sgpu.nvidia.driver_kernels:
+    branch: "535"
+    build: true
+    host: "{{ inventory_hostname }}"
+  register: kernels
+
+- name: Refuse a reboot into a kernel without the module
+  ansible.builtin.assert:
+    that: kernels.reboot.allowed
+    fail_msg: "{{ kernels.reboot.reason }}"
+"""
+
+RETURN = r"""
+kernels:
+  description:
+    - Per installed kernel release - C(image) (a kernel image under /boot), C(headers), C(running), C(module_files),
+      C(dkms) (DKMS's records of its NVIDIA modules for it), C(ok) (a built and installed module of the branch),
+      C(status) (V(ok), V(not_built), V(no_headers)), C(detail) and C(fix).
+  returned: always
+  type: dict
+  sample: {"6.1.0-50-amd64": {"image": true, "headers": true, "running": true, "ok": true, "status": "ok",
+           "detail": "module nvidia-current 535.261.03 installed", "fix": "", "module_files": [], "dkms": []}}
+branch:
+  description: The branch checked (given, or inferred).
+  returned: always
+  type: str
+  sample: "535"
+running_kernel:
+  description: The running kernel's release.
+  returned: always
+  type: str
+  sample: 6.1.0-50-amd64
+boot:
+  description: The kernel the host will boot (C(kernel), empty when undetermined), where that was read (C(source)) and
+    the kernels a reboot may come up in (C(candidates)).
+  returned: always
+  type: dict
+reboot:
+  description: C(allowed), C(kernel), C(source), C(candidates), C(refused_kernels) and C(reason).
+  returned: always
+  type: dict
+built:
+  description: The kernels a module was built for in this run (C(dkms autoinstall) succeeded and the module is there).
+  returned: always
+  type: list
+  elements: str
+would_build:
+  description: In check mode, the kernels it would build for.
+  returned: always
+  type: list
+  elements: str
+build_failures:
+  description: Per kernel whose build failed, the end of DKMS's output.
+  returned: always
+  type: dict
+summary:
+  description: One line per kernel, C(<release>) then its status and detail, for reports.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import read_kernels
+
+
+def _summary(kernels: dict, boot: dict) -> list[str]:
+    return [f"{release}: {info['status']} - {info['detail']}"
+            + (" (running)" if info["running"] else "") + (" (boots next)" if release == boot.get("kernel") else "")
+            for release, info in kernels.items()]
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "default": "/"},
+            "branch": {"type": "str", "default": ""},
+            "build": {"type": "bool", "default": False},
+            "host": {"type": "str", "default": ""},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    root = p["root"]
+    running = os.uname().release
+    read = read_kernels(root, running, p["branch"], p["host"])
+    to_build = [k for k, info in read["kernels"].items() if info["status"] == "not_built"] if p["build"] else []
+    built, failures, would = [], {}, []
+    if to_build and module.check_mode:
+        would = to_build
+    elif to_build:
+        dkms = module.get_bin_path("dkms")
+        if not dkms:
+            failures = {k: "dkms is not installed" for k in to_build}
+        else:
+            for release in to_build:
+                rc, out, err = module.run_command([dkms, "autoinstall", "-k", release])
+                if rc != 0:
+                    failures[release] = ((out or "") + (err or ""))[-1500:].strip() or f"rc {rc}"
+            read = read_kernels(root, running, p["branch"], p["host"])
+            built = [k for k in to_build if read["kernels"].get(k, {}).get("ok")]
+            for release in to_build:
+                if release not in built and release not in failures:
+                    failures[release] = "dkms autoinstall ended without installing an NVIDIA module"
+    for release, info in read["kernels"].items():
+        if not info["ok"] and release not in failures and (info["image"] or info["running"]):
+            module.warn(f"{p['host'] or 'this host'}: kernel {release}: {info['detail']} (fix: {info['fix']})")
+    for release, text in failures.items():
+        module.warn(f"{p['host'] or 'this host'}: building the NVIDIA module for kernel {release} failed: "
+                    f"{text[-400:]}")
+    module.exit_json(changed=bool(built) or bool(would), built=built, would_build=would, build_failures=failures,
+                     summary=_summary(read["kernels"], read["boot"]), **read)
+
+
+if __name__ == "__main__":
+    main()
