@@ -1255,12 +1255,15 @@ driver_branch = _pattern_kind(r"[0-9]{3}", "a driver branch of three digits such
                                            "distribution's)")
 openpgp_fingerprint = _pattern_kind(r"(0[xX])?[0-9A-Fa-f ]{32,79}", "an OpenPGP fingerprint (40 hexadecimal digits "
                                                                     "for a v4 key, 64 for v6; spaces, 0x and case "
-                                                                    "do not matter)", allow=())
+                                                                    "do not matter; '' drops the pin)")
 package_name = _pattern_kind(r"[a-z0-9][a-z0-9+.-]+", "a Debian package name (lowercase letters, digits, '+', '.' "
                                                       "and '-')", allow=())
 package_names = _each(package_name)
-chart_ref = _pattern_kind(r"[A-Za-z0-9._~@+/:-]+", "a Helm chart: repo/name, a name in the chart repository, an "
-                                                   "oci:// reference or a local path (no whitespace)")
+# A local path may hold any printable character (Go's module cache writes capitals as '!x'); kubernetes.core.helm
+# splits its command line as a shell would, so whitespace, quotes and backslashes are refused.
+chart_ref = _pattern_kind(r"[^\s\x00-\x1f\x7f'\"\\]+", "a Helm chart: repo/name, a name in the chart repository, "
+                                                         "an oci:// reference or a local path (no whitespace, "
+                                                         "quote or backslash)")
 inventory_host = _pattern_kind(r"[^\s\x00-\x1f\x7f'\"{}]+", "an inventory host name (no whitespace, quote or "
                                                              "brace)", allow=())
 sqs_queue = _pattern_kind(r"[A-Za-z0-9_-]{1,80}(\.fifo)?", "an SQS queue name (1 to 80 letters, digits, '-' and "

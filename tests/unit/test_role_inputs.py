@@ -274,6 +274,15 @@ def test_settings_the_roles_check_themselves_are_left_to_them():
     ("prometheus_stack", "prometheus_stack_grafana_dashboard_labels", [{"a": "1"}], [{}, {"a": "1", "b": "2"}]),
     ("prometheus_stack", "prometheus_stack_wait_timeout", ["10m", "1h30m", "1.5h"], ["10", "10 m", "Never"]),
     ("prometheus_stack", "prometheus_stack_gpu_alert_receiver", [{}, {"name": "team"}], [{"name": "null"}]),
+    # a chart in Go's module cache (capitals written '!x', a version after '@'); kubernetes.core.helm splits its
+    # command line as a shell would
+    ("device_plugin", "device_plugin_helm_chart_ref",
+     ["nvdp/nvidia-device-plugin", "oci://r/c", "/root/go/pkg/mod/github.com/!n!v!i!d!i!a/k8s-device-plugin@v0.19.3/d"],
+     ["/a b/c", "a'b", 'a"b', "a\\b", "a\nb"]),
+    # '' drops the pin (documented); the preflight then refuses it with an http:// key URL
+    ("container_toolkit", "container_toolkit_repo_key_fingerprint",
+     ["", "C95B321B61E88C1809C4F759DDCAE044F796ECB0", "0xc95b 321b 61e8 8c18 09c4 f759 ddca e044 f796 ecb0"],
+     ["C95B", "not-a-fingerprint"]),
 ])
 def test_ranges_and_forms_moved_from_the_preflight(role, var, good, bad):
     for value in good:
