@@ -82,6 +82,17 @@ def _unproven(no_driver: dict[int, list[str]], no_logs: list[str]) -> list[str]:
     return lines
 
 
+def _kernels_line(host: str, kernels: Any) -> str:
+    """One line for the NVIDIA module of every installed kernel (the driver role's ``driver_result.kernels``, lines
+    ``<release>: <status> - <detail>``): each kernel with its status, the detail where it is not ok."""
+    cells = []
+    for line in kernels if isinstance(kernels, Sequence) and not isinstance(kernels, str) else []:
+        release, _sep, rest = str(line).partition(": ")
+        status, _sep, detail = rest.partition(" - ")
+        cells.append(f"{release} {status}" + (f" ({detail})" if status != "ok" and detail else ""))
+    return f"{host}: NVIDIA module per kernel: {', '.join(cells)}" if cells else ""
+
+
 def verify_summary(hosts: Sequence[str], hostvars: Any, cluster: Any) -> dict:
     """The summary table (text), the list of failures, and what the checks could not prove (``unproven``), from each
     host's verify_host and the registered k8s_gpu_verify result. A failed node-level test lists each failed GPU under
@@ -106,6 +117,9 @@ def verify_summary(hosts: Sequence[str], hostvars: Any, cluster: Any) -> dict:
                 for reason in vh.get("node_test_failures") or [node_text]:
                     details.append(f"{host}: {reason}")
                     failures.append(f"{host}: node test FAILED: {reason}")
+            kernels = _kernels_line(host, vh.get("kernels"))
+            if kernels:
+                details.append(kernels)
             in_sysfs = int(vh.get("pci_devices") or 0)
             if not vh.get("gpus") and in_sysfs > 0 and vh.get("node_test_status") != "failed":
                 no_driver.setdefault(in_sysfs, []).append(host)

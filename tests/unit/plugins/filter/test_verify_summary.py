@@ -170,3 +170,17 @@ def test_summary_with_everything_proven_has_no_not_proven_section():
     # A failed node test is a failure, not something unproven.
     out = verify_summary(["gpu-c"], hostvars(), CLUSTER_OK)
     assert out["unproven"] == [] and out["failures"]
+
+
+def test_summary_shows_the_nvidia_module_of_every_installed_kernel():
+    """Issue 45: the driver role's driver_result.kernels (one line per installed kernel) under the host's row."""
+    hv = hostvars()
+    hv["gpu-a.example.net"]["verify_host"]["kernels"] = [
+        "6.1.0-50-amd64: ok - module nvidia-current 535.261.03 installed (running)",
+        "6.12.57+deb12-amd64: no_headers - no headers, so DKMS cannot build the NVIDIA module of branch 535 (boots next)"]
+    out = verify_summary(["gpu-a.example.net", "gpu-c"], hv, CLUSTER_OK)
+    assert ("    gpu-a.example.net: NVIDIA module per kernel: 6.1.0-50-amd64 ok, 6.12.57+deb12-amd64 no_headers (no "
+            "headers, so DKMS cannot build the NVIDIA module of branch 535 (boots next))") in out["text"].splitlines()
+    # Reported, not a failure of verify (the driver role's reboot refusal is where it stops).
+    assert "gpu-c: NVIDIA module per kernel" not in out["text"]
+    assert out["failures"] == verify_summary(["gpu-a.example.net", "gpu-c"], hostvars(), CLUSTER_OK)["failures"]
