@@ -34,6 +34,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_smi import (
     scan_pci_devices,
     smi_xml_root,
 )
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvswitch import FABRIC_DOC, fabric_problem, read_fabric
 
 Runner = Callable[[list], "tuple[int, str, str]"]
 
@@ -175,6 +176,7 @@ def _banks(value: str | None) -> int | None:
 def read_gpu(gpu: ET.Element, position: int) -> dict:
     """The health fields of one <gpu> of ``nvidia-smi -q -x`` (no findings yet)."""
     recovery = _text(gpu, "gpu_recovery_action")
+    fabric_state, fabric_status = read_fabric(gpu)
     return {
         "index": position,
         "uuid": _text(gpu, "uuid"),
@@ -210,6 +212,8 @@ def read_gpu(gpu: ET.Element, position: int) -> dict:
             "drain_and_reset_recommended": _yes(_text(gpu, "gpu_reset_status/drain_and_reset_recommended")),
         },
         "clock_event_reasons": _clock_events(gpu),
+        "fabric_state": fabric_state,
+        "fabric_status": fabric_status,
         "xid_events": [],
         "findings": [],
         "status": "healthy",
@@ -299,6 +303,13 @@ def classify_gpu(gpu: dict) -> list[dict]:
         found.append(_finding("drain_and_reset_recommended", "needs_reset",
                               "nvidia-smi recommends draining the GPU's work and resetting it",
                               "nvidia-smi gpu_reset_status.drain_and_reset_recommended"))
+
+    # NVSwitch systems: a GPU that nvidia-fabricmanager has not registered (or failed to) runs no CUDA work, so it
+    # is taken out of service as needs_reset is (the default gpu_health_taint_from). The health read after any
+    # recovery reads the fabric again: a fabric manager that is not running keeps the GPU out until it registers it.
+    fabric = fabric_problem(gpu["fabric_state"], gpu["fabric_status"])
+    if fabric:
+        found.append(_finding(fabric[0], "needs_reset", fabric[1], FABRIC_DOC))
 
     for name, active in gpu["clock_event_reasons"].items():
         if active:
@@ -496,7 +507,8 @@ def _missing_gpu(device: dict, finding: dict) -> dict:
         "index": None, "uuid": None, "name": None, "pci_bus_id": device["pci_bus_id"], "source": "sysfs",
         "persistence_mode": None, "ecc_mode": None, "ecc_errors": None, "retired_pages": None,
         "remapped_rows": None, "recovery_action": None,
-        "reset_status": None, "clock_event_reasons": None, "xid_events": [], "findings": [finding],
+        "reset_status": None, "clock_event_reasons": None, "fabric_state": None, "fabric_status": None,
+        "xid_events": [], "findings": [finding],
         "status": finding["status"],
     }
 

@@ -16,6 +16,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvswitch import is_nvswitch, nvswitches, read_fabric
+
 NVIDIA_VENDOR_ID = "0x10de"
 # PCI class 0x0300xx: VGA-compatible display controller, 0x0302xx: 3D controller (data-centre GPUs).
 GPU_CLASS_PREFIXES = ("0x0300", "0x0302")
@@ -79,7 +81,8 @@ def scan_pci_devices(sysfs_root: str) -> list[dict]:
     """NVIDIA PCI functions under <sysfs_root>/bus/pci/devices, sorted by address.
 
     Every function with vendor 0x10de is listed (GPUs, their audio functions, NVSwitches); ``gpu`` is true for
-    display (0x0300xx) and 3D (0x0302xx) controllers. ``driver`` is the bound kernel driver, or None.
+    display (0x0300xx) and 3D (0x0302xx) controllers, ``nvswitch`` for bridges of class 0x0680xx (_nvswitch.py).
+    ``driver`` is the bound kernel driver, or None.
     A missing devices directory gives an empty list.
     """
     root = pci_devices_path(sysfs_root)
@@ -101,15 +104,22 @@ def scan_pci_devices(sysfs_root: str) -> list[dict]:
             continue
         pci_class = _read(os.path.join(base, "class")).strip().lower()
         driver_link = os.path.join(base, "driver")
-        devices.append({
+        device = {
             "pci_bus_id": name,
             "vendor_id": vendor,
             "device_id": _read(os.path.join(base, "device")).strip().lower(),
             "class": pci_class,
             "gpu": pci_class.startswith(GPU_CLASS_PREFIXES),
             "driver": os.path.basename(os.readlink(driver_link)) if os.path.islink(driver_link) else None,
-        })
+        }
+        device["nvswitch"] = is_nvswitch(device)
+        devices.append(device)
     return devices
+
+
+def scan_nvswitches(sysfs_root: str) -> list[dict]:
+    """The NVSwitches under <sysfs_root>/bus/pci/devices (_nvswitch.nvswitches of scan_pci_devices)."""
+    return nvswitches(scan_pci_devices(sysfs_root))
 
 
 # --- nvidia-smi output ----------------------------------------------------------------------------------------
@@ -162,11 +172,13 @@ def parse_smi_xml(text: str) -> dict:
     """Parse ``nvidia-smi -q -x``: driver_version, cuda_version and gpus (in nvidia-smi's order).
 
     Each GPU gets index (its position, which is NVML's index order), minor_number, uuid, name, pci_bus_id,
-    memory_total_mib, mig_mode, persistence_mode, and compute_capability None (the XML has none).
+    memory_total_mib, mig_mode, persistence_mode, fabric_state and fabric_status (fabric/state and fabric/status as
+    written, None where there is no fabric element), and compute_capability None (the XML has none).
     """
     root = smi_xml_root(text)
     gpus = []
     for position, gpu in enumerate(root.findall("gpu")):
+        fabric_state, fabric_status = read_fabric(gpu)
         gpus.append({
             "index": position,
             "minor_number": _int(_text(gpu, "minor_number")),
@@ -177,6 +189,8 @@ def parse_smi_xml(text: str) -> dict:
             "compute_capability": None,
             "mig_mode": _text(gpu, "mig_mode/current_mig", "N/A"),
             "persistence_mode": _text(gpu, "persistence_mode", "N/A"),
+            "fabric_state": fabric_state,
+            "fabric_status": fabric_status,
         })
     return {
         "driver_version": _text(root, "driver_version"),
@@ -303,6 +317,7 @@ def gather(
         "nvidia_kernel_module_flavour": flavour,
         "nvidia_driver_version_mismatch": False,
         "nvidia_pci_devices": pci_devices,
+        "nvidia_nvswitches": nvswitches(pci_devices),
         "nvidia_gpu_source": "sysfs",
     }
 

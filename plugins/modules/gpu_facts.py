@@ -20,6 +20,11 @@ description:
     C(nvidia-smi --query-gpu=index,uuid,compute_cap --format=csv,noheader,nounits), merged by GPU UUID. The second
     query is only for the compute capability, which the XML does not carry; drivers older than 510 cannot answer
     it, which gives a warning and a null RV(ansible_facts.nvidia_gpus[].compute_capability).
+  - Lists the NVSwitches of the host (NVIDIA functions of PCI class C(0x0680xx), other bridge, in
+    C(<sysfs_root>/bus/pci/devices)) in RV(ansible_facts.nvidia_nvswitches), with their generation by device id
+    (the NVSwitch driver's tables - LR10 of HGX A100, LS10 of HGX H100 and H200), and gives every GPU its NVSwitch
+    fabric state and status from C(nvidia-smi -q -x) (RV(ansible_facts.nvidia_gpus[].fabric_state)), which is
+    V(Completed) and V(Success) once C(nvidia-fabricmanager) has registered the GPU.
   - "Detects the C(Failed to initialize NVML: Driver/library version mismatch) of C(nvidia-smi), which means the
     driver packages changed without the kernel module being reloaded, and fails saying so (see O(fail_on_mismatch))."
 author:
@@ -95,10 +100,24 @@ notes:
     loaded (where it could load it through C(nvidia-modprobe)).
   - RV(ansible_facts.nvidia_pci_devices[].pci_bus_id) uses the kernel's 4-digit PCI domain (V(0000:00:06.0)),
     RV(ansible_facts.nvidia_gpus[].pci_bus_id) the 8-digit one of C(nvidia-smi) (V(00000000:00:06.0)).
+  - The fourth-generation NVSwitches of HGX B200/B100 systems are managed through the NVLink Subnet Manager (NVIDIA
+    Fabric Manager user guide) and are not NVIDIA bridge functions of the host, so they are not in
+    RV(ansible_facts.nvidia_nvswitches); their GPUs' fabric state is reported all the same. Nor are NVSwitches that
+    a hypervisor keeps to itself. A GPU may so report V(Completed) on a host whose PCI bus shows no NVSwitch; the
+    fabric state, not that list, says whether a GPU is registered with its fabric.
 seealso:
   - name: nvidia-smi documentation
     description: The fields of C(nvidia-smi -q) and C(--query-gpu).
     link: https://docs.nvidia.com/deploy/nvidia-smi/index.html
+  - name: NVML fabric definitions
+    description: The GPU fabric states (C(nvmlGpuFabricState_t)) and status of C(nvmlGpuFabricInfo_t).
+    link: https://docs.nvidia.com/deploy/nvml-api/group__nvmlFabricDefs.html
+  - name: NVIDIA Fabric Manager user guide
+    description: NVSwitch systems, and the fabric manager that registers their GPUs.
+    link: https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html
+  - name: The PCI ID repository
+    description: The NVIDIA device ids of the NVSwitch generations.
+    link: https://pci-ids.ucw.cz/read/PC/10de
 """
 
 EXAMPLES = r"""
@@ -122,6 +141,16 @@ EXAMPLES = r"""
 - name: Read the GPUs again only where an earlier task of this run has not
   k8sgpu.nvidia.gpu_facts:
     reuse: true
+
+- name: Every GPU of a host with NVSwitches must be registered with the fabric
+  ansible.builtin.assert:
+    that: >-
+      ansible_facts.nvidia_gpus
+      | rejectattr('fabric_state', 'equalto', 'Completed') | list | length == 0
+      and ansible_facts.nvidia_gpus
+      | rejectattr('fabric_status', 'equalto', 'Success') | list | length == 0
+    fail_msg: "{{ inventory_hostname }}: start nvidia-fabricmanager, then read the facts again"
+  when: ansible_facts.nvidia_nvswitches | length > 0
 
 - name: Show the GPU models and compute capabilities
   ansible.builtin.debug:
@@ -184,6 +213,23 @@ ansible_facts:
           description: Persistence mode, from C(persistence_mode) - V(Enabled), V(Disabled) or V(N/A).
           type: str
           sample: Enabled
+        fabric_state:
+          description:
+            - The GPU's NVSwitch fabric registration state, from C(fabric/state), as written there (NVML
+              C(nvmlGpuFabricState_t)) - V(Not Started), V(In Progress), V(Completed) (registered by
+              C(nvidia-fabricmanager)), V(Not Supported), or V(N/A) on a GPU without NVSwitch fabric (a PCIe card).
+            - Null where the driver writes no C(fabric) element.
+          type: str
+          sample: Completed
+          version_added: 1.2.0
+        fabric_status:
+          description:
+            - The result of that registration, from C(fabric/status) - V(Success), an NVML error text, or V(N/A).
+              NVML defines it only once RV(ansible_facts.nvidia_gpus[].fabric_state=Completed).
+            - Null where the driver writes no C(fabric) element.
+          type: str
+          sample: Success
+          version_added: 1.2.0
     nvidia_driver_loaded:
       description: Whether the NVIDIA kernel module is loaded (C(/proc/driver/nvidia/version) exists).
       type: bool
@@ -239,10 +285,53 @@ ansible_facts:
           description: Whether the class is a display (C(0x0300xx)) or 3D (C(0x0302xx)) controller, that is a GPU.
           type: bool
           sample: true
+        nvswitch:
+          description:
+            - Whether the class is an other bridge (C(0x0680xx)), that is an NVSwitch (see
+              RV(ansible_facts.nvidia_nvswitches), which lists these).
+          type: bool
+          sample: false
+          version_added: 1.2.0
         driver:
           description: Kernel driver bound to the device (for example V(nvidia), V(nouveau), V(vfio-pci)), or null.
           type: str
           sample: nvidia
+    nvidia_nvswitches:
+      description:
+        - The NVSwitches of RV(ansible_facts.nvidia_pci_devices) (vendor C(0x10de), class C(0x0680xx)), in its
+          order; empty on a host without any (whether or not a driver is loaded).
+        - The bridge functions that the NVSwitch driver's table lists beside the H100 NVSwitch (V(0x22a8) to
+          V(0x22af)) are not NVSwitches, so one NVSwitch is one entry.
+      type: list
+      elements: dict
+      version_added: 1.2.0
+      contains:
+        pci_bus_id:
+          description: PCI address, the directory name in sysfs (4-digit domain).
+          type: str
+          sample: "0000:05:00.0"
+        device_id:
+          description: Device ID, from the C(device) file.
+          type: str
+          sample: "0x22a3"
+        generation:
+          description:
+            - The NVSwitch generation of the device id, after the NVSwitch driver's device id tables
+              (open-gpu-kernel-modules C(src/common/nvswitch/kernel/nvswitch.c)) - V(LR10) (HGX A100; V(0x1ae8),
+              V(0x1af0) to V(0x1aff)) or V(LS10) (HGX H100 and H200; V(0x22a0) to V(0x22a7)); null for another id
+              (the NVSwitch is reported all the same).
+          type: str
+          sample: LS10
+        name:
+          description:
+            - The PCI ID repository's name of the device id (C(pci.ids), vendor 10de) - V(GA100 [A100 NVSwitch]) for
+              V(0x1af1), V(GH100 [H100 NVSwitch]) for V(0x22a3), the only NVSwitch names it has; null for another id.
+          type: str
+          sample: GH100 [H100 NVSwitch]
+        driver:
+          description: Kernel driver bound to the device (V(nvidia-nvswitch) where the driver runs), or null.
+          type: str
+          sample: nvidia-nvswitch
     nvidia_gpu_source:
       description:
         - V(nvidia-smi) when RV(ansible_facts.nvidia_gpus) comes from C(nvidia-smi); V(sysfs) when there is no loaded

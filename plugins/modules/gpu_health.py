@@ -11,8 +11,8 @@ version_added: 1.2.0
 description:
   - Reads, per GPU, from one C(nvidia-smi -q -x) - ECC error counts (volatile and aggregate, SRAM and DRAM), retired
     pages, remapped rows, the driver's C(gpu_recovery_action), C(gpu_reset_status) where the driver reports it, the
-    active clock event reasons (HW slowdown, HW thermal slowdown, HW power brake, SW thermal slowdown), ECC and
-    persistence modes.
+    active clock event reasons (HW slowdown, HW thermal slowdown, HW power brake, SW thermal slowdown), the NVSwitch
+    fabric state and status, ECC and persistence modes.
   - Lists the NVIDIA GPUs on the PCI bus (C(<sysfs_root>/bus/pci/devices), vendor C(0x10de), class C(0x0300xx) or
     C(0x0302xx), bound to the nvidia driver or to none) that C(nvidia-smi) does not show, or names as one it cannot
     open - GPUs that have fallen off the bus.
@@ -37,6 +37,13 @@ description:
     C(GPU Reset), C(Drain and Reset), C(Bus Reset): V(needs_reset); C(Node Reboot), C(System Reboot):
     V(needs_reboot); C(Drain P2P), C(Recover IMEX Domain) and values this module does not know: V(degraded).
     C(gpu_reset_status) C(reset_required) or C(drain_and_reset_recommended) Yes: V(needs_reset)."
+  - "NVSwitch fabric (NVML nvmlGpuFabricInfo_t; NVIDIA Fabric Manager user guide: a GPU that
+    C(nvidia-fabricmanager) has not registered with the fabric runs no CUDA work, CUDA_ERROR_SYSTEM_NOT_READY) -
+    C(fabric/state) other than V(Completed) (V(Not Started), V(In Progress)): V(needs_reset), check
+    V(fabric_not_completed); V(Completed) with a C(fabric/status) other than V(Success): V(needs_reset), check
+    V(fabric_failed). A GPU without NVSwitch fabric (state V(N/A) or V(Not Supported), or no C(fabric) element) has
+    no such finding. V(needs_reset) takes the GPU out of service at the default C(gpu_health_taint_from); the health
+    read after a recovery reads the fabric again, so a fabric manager that is not running keeps it out."
   - "Clock event reasons (nvidia-smi documentation) - C(hw_slowdown), C(hw_thermal_slowdown),
     C(hw_power_brake_slowdown) or C(sw_thermal_slowdown) active: V(degraded) (the GPU runs below its clocks:
     cooling, power supply or power brake)."
@@ -257,6 +264,7 @@ gpus:
               V(ecc_unrepairable_memory), V(ecc_channel_repair_pending), V(ecc_tpc_repair_pending),
               V(remapped_rows_failure), V(remapped_rows_pending), V(remapped_rows_no_spare), V(retired_pages_pending),
               V(retired_pages_exhausted), V(recovery_action), V(reset_required), V(drain_and_reset_recommended),
+              V(fabric_not_completed), V(fabric_failed),
               V(clocks_hw_slowdown), V(clocks_hw_thermal_slowdown), V(clocks_hw_power_brake_slowdown),
               V(clocks_sw_thermal_slowdown), V(persistence_mode_disabled), V(ecc_disabled),
               V(missing_from_nvidia_smi), V(not_on_pci_bus), or V(xid_<code>) (one per Xid event).
@@ -368,6 +376,19 @@ gpus:
         drain_and_reset_recommended:
           description: From C(gpu_reset_status/drain_and_reset_recommended).
           type: bool
+    fabric_state:
+      description:
+        - The GPU's NVSwitch fabric registration state, from C(fabric/state), as written there - V(Not Started),
+          V(In Progress), V(Completed), V(Not Supported), or V(N/A) on a GPU without NVSwitch fabric; null where the
+          driver writes no C(fabric) element, and for GPUs that C(nvidia-smi) does not show.
+      type: str
+      sample: Completed
+    fabric_status:
+      description:
+        - The result of that registration, from C(fabric/status) - V(Success), an NVML error text, or V(N/A); null
+          as RV(gpus[].fabric_state) is.
+      type: str
+      sample: Success
     clock_event_reasons:
       description:
         - Whether each clock event reason is active (true), from C(clocks_event_reasons) (C(clocks_throttle_reasons)

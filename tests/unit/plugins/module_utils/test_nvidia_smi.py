@@ -109,6 +109,8 @@ class TestParsers:
             "compute_capability": None,
             "mig_mode": "Disabled",
             "persistence_mode": "Enabled",
+            "fabric_state": "N/A",
+            "fabric_status": "N/A",
         }]
 
     def test_h100_compute_cap_csv_matches_the_recorded_query(self):
@@ -169,11 +171,11 @@ class TestSysfs:
         })
         assert scan_pci_devices(str(sysfs)) == [
             {"pci_bus_id": "0000:01:00.0", "vendor_id": "0x10de", "device_id": "0x2684", "class": "0x030000", "gpu": True,
-             "driver": "nouveau"},
+             "driver": "nouveau", "nvswitch": False},
             {"pci_bus_id": "0000:01:00.1", "vendor_id": "0x10de", "device_id": "0x22ba", "class": "0x040300", "gpu": False,
-             "driver": None},
+             "driver": None, "nvswitch": False},
             {"pci_bus_id": "0000:c1:00.0", "vendor_id": "0x10de", "device_id": "0x20b2", "class": "0x030200", "gpu": True,
-             "driver": None},
+             "driver": None, "nvswitch": False},
         ]
 
     def test_no_sysfs(self, tmp_path):
@@ -195,7 +197,7 @@ class TestGather:
         assert facts["nvidia_gpus"] == [{
             "index": 0, "minor_number": 0, "uuid": H100_UUID, "name": "NVIDIA H100 80GB HBM3",
             "pci_bus_id": "00000000:00:06.0", "memory_total_mib": 81559, "compute_capability": "9.0",
-            "mig_mode": "Disabled", "persistence_mode": "Enabled",
+            "mig_mode": "Disabled", "persistence_mode": "Enabled", "fabric_state": "N/A", "fabric_status": "N/A",
         }]
         assert facts["nvidia_driver_version"] == "580.159.04"
         assert facts["nvidia_cuda_driver_version"] == "13.0"
@@ -205,8 +207,9 @@ class TestGather:
         assert facts["nvidia_gpu_source"] == "nvidia-smi"
         assert facts["nvidia_pci_devices"] == [{
             "pci_bus_id": "0000:00:06.0", "vendor_id": "0x10de", "device_id": "0x2330", "class": "0x030200",
-            "gpu": True, "driver": "nvidia",
+            "gpu": True, "driver": "nvidia", "nvswitch": False,
         }]
+        assert facts["nvidia_nvswitches"] == []
 
     def test_two_gpus_merged_by_uuid(self, tmp_path):
         sysfs = make_sysfs(tmp_path, {})

@@ -74,7 +74,7 @@ def test_h100(monkeypatch, module_io, host, check_mode):
     assert gpu == {
         "index": 0, "minor_number": 0, "uuid": H100_UUID, "name": "NVIDIA H100 80GB HBM3",
         "pci_bus_id": "00000000:00:06.0", "memory_total_mib": 81559, "compute_capability": "9.0",
-        "mig_mode": "Disabled", "persistence_mode": "Enabled",
+        "mig_mode": "Disabled", "persistence_mode": "Enabled", "fabric_state": "N/A", "fabric_status": "N/A",
     }
     assert facts["nvidia_driver_version"] == "580.159.04"
     assert facts["nvidia_cuda_driver_version"] == "13.0"
@@ -84,8 +84,9 @@ def test_h100(monkeypatch, module_io, host, check_mode):
     assert facts["nvidia_gpu_source"] == "nvidia-smi"
     assert facts["nvidia_pci_devices"] == [{
         "pci_bus_id": "0000:00:06.0", "vendor_id": "0x10de", "device_id": "0x2330", "class": "0x030200",
-        "gpu": True, "driver": None,
+        "gpu": True, "driver": None, "nvswitch": False,
     }]
+    assert facts["nvidia_nvswitches"] == []
     assert module_io == []
     assert len(calls) == 2 and calls[0][-3:] == [str(host / "nvidia-smi"), "-q", "-x"]
 
