@@ -179,14 +179,19 @@ def headers_installed(root: Path, release: str) -> bool:
 
 
 def module_files(root: Path, release: str) -> list[str]:
-    """The NVIDIA module files (nvidia*.ko*) under /lib/modules/<release>/, paths as on the host; no link followed
-    (build and source point into the headers)."""
+    """The NVIDIA driver's module files (nvidia*.ko*) under /lib/modules/<release>/, less the kernel's own
+    (kernel/drivers/), paths as on the host; no link followed (build and source point into the headers)."""
     base = _under(root, f"/lib/modules/{release}")
     found = []
     if not base.is_dir():
         return found
     for top, dirs, files in os.walk(base):
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+        rel = os.path.relpath(top, base)
+        # The kernel's own modules (kernel/drivers/...: nvidia-wmi-ec-backlight, ...) are not the driver's; Ubuntu's
+        # prebuilt driver modules are under kernel/nvidia-<branch>[srv]/, DKMS's under updates/dkms/.
+        if (rel == "kernel" or rel.startswith("kernel/")) and not rel.startswith("kernel/nvidia"):
+            continue
         for name in files:
             if name.startswith("nvidia") and name.endswith(_MODULE_SUFFIXES):
                 found.append("/" + os.path.relpath(os.path.join(top, name), root))

@@ -174,6 +174,13 @@ def test_a_prebuilt_module_without_dkms_counts(tmp_path):
     assert dk.kernel_status(tmp_path, [], "580")[release]["ok"]
 
 
+def test_the_kernels_own_nvidia_modules_are_not_the_driver(patched):
+    """Debian's 6.12 image ships drivers/platform/x86/nvidia-wmi-ec-backlight.ko (seen in the lab): no driver module."""
+    write(patched, f"/lib/modules/{NEW}/kernel/drivers/platform/x86/nvidia-wmi-ec-backlight.ko.xz")
+    kernels = dk.kernel_status(patched, dk.dkms_tree(patched), "535")
+    assert kernels[NEW]["module_files"] == [] and kernels[NEW]["status"] == "not_built"
+
+
 def test_what_dkms_left_of_a_removed_kernel_is_no_kernel(tmp_path):
     kernel(tmp_path, OLD)
     write(tmp_path, "/lib/modules/6.1.0-40-amd64/updates/dkms/nvidia-current.ko")
