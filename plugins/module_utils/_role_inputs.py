@@ -632,12 +632,13 @@ def pattern(regex, what, allow=(), stringify=False):
     return rule
 
 
-def url(schemes=("http", "https")):
+def url(schemes=("http", "https"), userinfo=False):
     """A URL of one of schemes: no whitespace or control character anywhere (checked on the raw text: urlsplit drops
-    newlines), a host for http(s), no user information (a credential-bearing URL is a proxy's, see proxy_url); the
+    newlines), a host for http(s), no user information unless userinfo ("https": a repository's user and password,
+    over https only, which the roles give apt in auth.conf.d, never in the source; a proxy's are proxy_url's); the
     checks are module_utils/_url.py's url_problem, which the apt source filters use too."""
     def rule(name, value, values):
-        problem = url_problem(value, schemes=schemes)
+        problem = url_problem(value, schemes=schemes, userinfo=userinfo)
         if problem:
             return ["%s is refused (value not shown): %s; give a %s URL with nothing but the URL in it"
                     % (name, problem, " or ".join("%s://" % s for s in schemes))]
@@ -1305,7 +1306,7 @@ SYNTAX = {
     "namespace": namespace_name,
     "namespaces": namespaces,
     "url": url(),
-    "repo_url": url(("http", "https", "file")),
+    "repo_url": url(("http", "https", "file"), userinfo="https"),
     "helm_url": url(("http", "https", "oci")),
     "image": image,
     "image_registry": image_registry,

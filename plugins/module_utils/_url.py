@@ -27,7 +27,8 @@ def parse(value, schemes=("http", "https", "file"), userinfo=False):
     """(scheme, user information or None, host, port or None, path) of value, or URLError saying why not.
 
     value: scheme://[user[:password]@]host[:port][/path] with a scheme of schemes; file:// takes no host (file:///p).
-    No whitespace or control character anywhere, no query or fragment, user information only with userinfo."""
+    No whitespace or control character anywhere, no query or fragment; user information (a non-empty user) only with
+    userinfo: True for any of schemes, "https" for https:// only (a repository's credentials, for apt's auth.conf)."""
     if not isinstance(value, str):
         raise URLError("give a string")
     if _FORBIDDEN.search(value):
@@ -54,6 +55,11 @@ def parse(value, schemes=("http", "https", "file"), userinfo=False):
     if at and not userinfo:
         raise URLError("user information (user:password@) is not accepted in this URL: give the credentials to apt "
                        "in /etc/apt/auth.conf.d (apt_auth.conf(5)) or to the client, not in the URL")
+    if at and userinfo == "https" and scheme != "https":
+        raise URLError("a user and password are sent only over https:// (over %s:// anyone on the way reads them): "
+                       "use the repository's https:// URL" % scheme)
+    if at and not info.partition(":")[0]:
+        raise URLError("the user name before '@' is empty")
     host, port = hostport, None
     if hostport.startswith("["):
         host, _sep, rest = hostport[1:].partition("]")
@@ -93,6 +99,21 @@ def rebuild(value, schemes=("http", "https", "file"), userinfo=False):
     if scheme == "file":
         return "file://" + path
     return "%s://%s%s%s" % (scheme, host, "" if port is None else ":%d" % port, path)
+
+
+def apt_auth_lines(value, schemes=("http", "https", "file")):
+    """The apt_auth.conf(5) lines (machine, login, password) for a repository URL with user:password@, [] without;
+    the machine is the URL without its credentials (scheme, host, port and path: apt matches the scheme and the path
+    as a prefix). Credentials only over https (URLError otherwise); a user or password that decodes to whitespace
+    or a control character is refused (auth.conf cannot hold it)."""
+    _scheme, info, _host, _port, _path = parse(value, schemes, userinfo="https")
+    if info is None:
+        return []
+    uri, _host, user, password = split_credentials(value)
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in user + (password or "")):
+        raise URLError("the user name or password decodes to whitespace or a control character, which apt's "
+                       "auth.conf cannot hold; use an account without them")
+    return ["machine %s" % uri, "login %s" % user, "password %s" % (password or "")]
 
 
 def split_credentials(value):

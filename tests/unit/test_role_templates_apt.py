@@ -37,6 +37,11 @@ HOSTILE_URLS = ["http://deb.example/debian\nTrusted: yes", "http://deb.example/d
                 "http://deb.example/debian\n\nTypes: deb\nURIs: http://evil.example/\nTrusted: yes"]
 
 
+LOGIN_URL = "https://ci%40site:s3cr%3At@mirror.example:8443/debian"
+LOGIN_CASES = [("driver", "nvidia-debian.sources.j2", "driver_mirror_url"),
+               ("container_toolkit", "nvidia-container-toolkit.sources.j2", "container_toolkit_repo_url")]
+
+
 def overrides(role, values):
     """What the role's tasks set before they render (the driver's mirror is a task variable of sources.yml)."""
     from ansible.template import trust_as_template
@@ -93,6 +98,12 @@ def main():
             out["detected/%d" % index] = ["ok", fields(render("driver", "nvidia-debian.sources.j2", variables))]
         except AnsibleError as error:
             out["detected/%d" % index] = ["error", str(error)]
+    # A login in an https:// repository URL (issue 46 item 3): the source names the URL without it.
+    for role, template, name in LOGIN_CASES:
+        try:
+            out["login/%s" % role] = ["ok", render(role, template, overrides(role, {name: LOGIN_URL}))]
+        except AnsibleError as error:
+            out["login/%s" % role] = ["error", str(error)]
     print(json.dumps(out))
 
 
@@ -180,3 +191,21 @@ def test_the_sources_render_as_before_with_the_defaults():
 
 if __name__ == "__main__":
     main()
+
+
+@pytest.mark.parametrize("role,template,name", LOGIN_CASES)
+def test_a_login_in_an_https_url_is_accepted_and_never_written_to_the_source(role, template, name):
+    spec = role_options(role)[name]
+    assert _ri().check(role, {name: spec}, {name: LOGIN_URL}) == ([], [])
+    status, text = results()["login/%s" % role]
+    assert status == "ok", text
+    uris = [line for line in text.splitlines() if line.startswith("URIs:")]
+    assert len(uris) == 1 and uris[0].startswith("URIs: https://mirror.example:8443/debian"), text
+    assert "s3cr" not in text and "ci%40site" not in text and "@" not in text, text
+
+
+@pytest.mark.parametrize("role,name", [("driver", "driver_mirror_url"), ("container_toolkit", "container_toolkit_repo_url")])
+def test_a_login_over_http_is_refused_by_the_input_check_without_showing_it(role, name):
+    spec = role_options(role)[name]
+    errors, _warnings = _ri().check(role, {name: spec}, {name: "http://ci:s3cret@mirror.example/debian"})
+    assert len(errors) == 1 and "only over https://" in errors[0] and "s3cret" not in errors[0], errors

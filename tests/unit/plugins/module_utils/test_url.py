@@ -6,7 +6,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._url import URLError, rebuild, split_credentials, url_problem
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._url import (URLError, apt_auth_lines, rebuild,
+                                                                  split_credentials, url_problem)
 
 GOOD = ["http://deb.debian.org/debian", "https://nvidia.github.io/libnvidia-container", "http://mirror:8080/",
         "http://10.0.0.1/debian", "http://[fd00::1]:3142/debian", "https://m.example/a%20b/~x", "file:///srv/mirror",
@@ -64,3 +65,27 @@ def test_split_credentials():
     with pytest.raises(URLError) as err:
         split_credentials("https://u:pw@mirror.example/d\nTrusted: yes")
     assert "pw" not in str(err.value)
+
+
+# A repository's login (issue 46 item 3): to apt's auth.conf.d as the proxy's, over https only, never in the source.
+def test_apt_auth_lines_of_an_https_login():
+    assert apt_auth_lines("https://build%40site:s3cr%3At@mirror.example:8443/debian") == [
+        "machine https://mirror.example:8443/debian", "login build@site", "password s3cr:t"]
+    assert apt_auth_lines("https://tok@mirror.example/d") == ["machine https://mirror.example/d", "login tok", "password "]
+    assert apt_auth_lines("https://mirror.example/d") == [] == apt_auth_lines("file:///srv/m")
+
+
+@pytest.mark.parametrize("value,why", [("http://u:pw@mirror.example/d", "only over https://"),
+                                       ("https://:pw@mirror.example/d", "user name before '@' is empty"),
+                                       ("https://u:p%20w@mirror.example/d", "whitespace or a control character"),
+                                       ("https://u%0A:pw@mirror.example/d", "whitespace or a control character"),
+                                       ("https://u:pw@mirror.example/d\nTrusted: yes", "newline")])
+def test_apt_auth_lines_refused_without_the_password(value, why):
+    with pytest.raises(URLError) as err:
+        apt_auth_lines(value)
+    assert why in str(err.value) and "pw" not in str(err.value) and "p%20w" not in str(err.value)
+
+
+def test_the_source_uri_drops_an_https_login_and_refuses_an_http_one():
+    assert rebuild("https://u:pw@mirror.example/d", userinfo="https") == "https://mirror.example/d"
+    assert "only over https://" in url_problem("http://u:pw@mirror.example/d", userinfo="https")

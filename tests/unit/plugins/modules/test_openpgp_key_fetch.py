@@ -26,10 +26,12 @@ PASSWORD = "S3cret:Pw"
 
 class Handler(http.server.BaseHTTPRequestHandler):
     seen: list = []
+    authorization: list = []
     routes: dict = {}
 
     def do_GET(self):  # noqa: N802 - http.server's name
         self.seen.append({"line": self.requestline, "auth": self.headers.get("Proxy-Authorization")})
+        self.authorization.append((self.headers.get("Host"), self.headers.get("Authorization")))
         path = self.path.split("://", 1)[-1].split("/", 1)[-1]
         status, body, location = self.routes.get("/" + path, (404, "no", None))
         self.send_response(status)
@@ -45,7 +47,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    Handler.seen, Handler.routes = [], {}
+    Handler.seen, Handler.authorization, Handler.routes = [], [], {}
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -107,3 +109,39 @@ def test_errors_name_the_url_and_hide_the_password(module_io, server):
     assert failed and "is not an http:// or https:// URL" in result["msg"]
     failed, result = run(url="http://mirror/gpgkey", proxy="socks5h://u:pw@proxy:1080")
     assert failed and "only http:// and https:// proxies" in result["msg"] and "pw@" not in result["msg"]
+
+
+# A repository's login (https://user:password@host/...), issue 46 item 3: sent as Authorization to its host only.
+def test_a_login_is_sent_in_authorization_and_dropped_on_a_redirect_to_another_host(server):
+    base, handler = server
+    port = base.rsplit(":", 1)[1]
+    # 127.0.0.1 and localhost are two hosts to the client, one server here
+    handler.routes["/old"] = (302, "", f"http://localhost:{port}/gpgkey")
+    handler.routes["/same"] = (302, "", f"{base}/gpgkey")
+    handler.routes["/gpgkey"] = (200, KEY, None)
+    basic = "Basic " + base64.b64encode(f"ci:{PASSWORD}".encode()).decode()
+    assert openpgp_key_fetch.fetch(f"{base}/same", "DIRECT", 5, 4096, ("ci", PASSWORD))[0] == KEY
+    assert handler.authorization == [(f"127.0.0.1:{port}", basic)] * 2
+    handler.authorization.clear()
+    assert openpgp_key_fetch.fetch(f"{base}/old", "DIRECT", 5, 4096, ("ci", PASSWORD))[0] == KEY
+    assert handler.authorization == [(f"127.0.0.1:{port}", basic), (f"localhost:{port}", None)]
+
+
+def test_a_login_over_http_is_refused_before_any_request(module_io, server):
+    base, handler = server
+    failed, result = run(url=base.replace("://", f"://ci:{PASSWORD.replace(':', '%3A')}@") + "/gpgkey",
+                         proxy="DIRECT")
+    assert failed and "only over https://" in result["msg"] and handler.seen == []
+    assert "S3cret" not in json.dumps(result)
+
+
+def test_a_login_over_https_reaches_fetch_without_the_url_holding_it(module_io, monkeypatch):
+    calls = []
+
+    def fetch(url, proxy, timeout, max_bytes, login=None):
+        calls.append((url, login))
+        raise OSError("refused for %s" % url)
+    monkeypatch.setattr(openpgp_key_fetch, "fetch", fetch)
+    failed, result = run(url="https://ci:S3cret%3APw@mirror.site.invalid/gpgkey", proxy="DIRECT")
+    assert calls == [("https://mirror.site.invalid/gpgkey", ("ci", PASSWORD))]
+    assert failed and "https://mirror.site.invalid/gpgkey" in result["msg"] and "S3cret" not in json.dumps(result)
