@@ -16,8 +16,8 @@ description:
     C(# Managed by k8sgpu.nvidia <role>:) (O(kind=marker)), or it holds PEM blocks only (O(kind=pem), the adapter's
     certificate files); its mode is kept. Otherwise the filter fails naming the variable, the file and the fix (remove
     it, or choose another path), before anything is written.
-  - With O(remove=true) (state absent) it never fails on an unrelated file: it returns C(remove=false) and the reason.
-  - Reads the controller's filesystem: use it for files written with C(delegate_to=localhost).
+  - With O(remove=true) (state absent) it never fails on an unrelated file; it returns C(remove=false) and the reason.
+  - Reads the controller's filesystem; use it for files written with C(delegate_to=localhost).
 positional: _input, variable, role, playbook_dir, controller_dir
 options:
   _input:

@@ -33,7 +33,8 @@ options:
       gpus_by_volume_mount, kubelet_pod_resources_dir, node_affinity_label, tolerations, priority_class,
       runtime_class, resources, probe_initial_delay, probe_period, probe_timeout, probe_failure_threshold (for
       C(objects): a kubelet_pod_resources_dir that is not C(<kubelet root-dir>/pod-resources) fails naming
-      dcgm_exporter_kubelet_pod_resources_dir, or with O(allow_unsafe_settings) is warned about); name, namespace, labels, service_monitor_labels, scrape_interval (for C(service_monitor)); name,
+      dcgm_exporter_kubelet_pod_resources_dir, or with O(allow_unsafe_settings) is warned about); name, namespace,
+      labels, service_monitor_labels, scrape_interval (for C(service_monitor)); name,
       namespace, scrape_interval and managed, the text of the file's first comment (for C(scrape_config)). They are
       the dcgm_exporter role's variables without the prefix, and what its vars derive from them.
     type: dict

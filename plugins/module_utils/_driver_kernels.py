@@ -281,8 +281,8 @@ def kernel_status(root: Path, dkms: Sequence[Mapping], branch: str = "", running
         ok = bool(files) and (bool(built) or not entries)
         what = f"branch {branch}" if branch else "the driver"
         if ok:
-            status, detail, fix = "ok", ("module " + (f"{built[0]['module']} {built[0]['version']} " if built else
-                                                       "prebuilt ") + "installed"), ""
+            which = f"{built[0]['module']} {built[0]['version']} " if built else "prebuilt "
+            status, detail, fix = "ok", "module " + which + "installed", ""
         elif info["headers"]:
             status = "not_built"
             detail = (f"headers installed, no NVIDIA module of {what} built"

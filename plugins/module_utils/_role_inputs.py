@@ -1262,9 +1262,9 @@ package_name = _pattern_kind(r"[a-z0-9][a-z0-9+.-]+", "a Debian package name (lo
 package_names = _each(package_name)
 # A local path may hold any printable character (Go's module cache writes capitals as '!x'); kubernetes.core.helm
 # splits its command line as a shell would, so whitespace, quotes and backslashes are refused.
-chart_ref = _pattern_kind(r"[^\s\x00-\x1f\x7f'\"\\]+", "a Helm chart: repo/name, a name in the chart repository, "
-                                                         "an oci:// reference or a local path (no whitespace, "
-                                                         "quote or backslash)")
+chart_ref = _pattern_kind(r"[^\s\x00-\x1f\x7f'\"\\]+",
+                          "a Helm chart: repo/name, a name in the chart repository, an oci:// reference or a local "
+                          "path (no whitespace, quote or backslash)")
 inventory_host = _pattern_kind(r"[^\s\x00-\x1f\x7f'\"{}]+", "an inventory host name (no whitespace, quote or "
                                                              "brace)", allow=())
 sqs_queue = _pattern_kind(r"[A-Za-z0-9_-]{1,80}(\.fifo)?", "an SQS queue name (1 to 80 letters, digits, '-' and "

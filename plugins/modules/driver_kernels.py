@@ -100,9 +100,30 @@ boot:
   returned: always
   type: dict
 reboot:
-  description: C(allowed), C(kernel), C(source), C(candidates), C(refused_kernels) and C(reason).
+  description: Whether a reboot may be done now, and why not.
   returned: always
   type: dict
+  contains:
+    allowed:
+      description: True when every kernel the host may come up in has a built module of the branch.
+      type: bool
+    kernel:
+      description: The kernel the host will boot, as in RV(boot); empty when undetermined.
+      type: str
+    source:
+      description: Where the boot kernel was read (GRUB's C(next_entry) or saved entry, C(GRUB_DEFAULT), the newest image).
+      type: str
+    candidates:
+      description: The kernels a reboot may come up in.
+      type: list
+      elements: str
+    refused_kernels:
+      description: The candidates without a built module of the branch.
+      type: list
+      elements: str
+    reason:
+      description: Why the reboot is refused, naming the host, the kernel and the fix; empty when allowed.
+      type: str
 built:
   description: The kernels a module was built for in this run (C(dkms autoinstall) succeeded and the module is there).
   returned: always

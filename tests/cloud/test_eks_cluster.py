@@ -151,8 +151,8 @@ def test_an_open_endpoint_and_no_audit_log_are_warned_about(run_cluster, aws, sp
     warnings = r.get("warnings") or []
     assert any("API server endpoint is public to any address (0.0.0.0/0)" in w for w in warnings), warnings
     assert any("audit log is off" in w for w in warnings), warnings
-    assert aws["eks"].describe_cluster(name=spec["name"])["cluster"]["resourcesVpcConfig"].get("endpointPublicAccess",
-                                                                                              True)
+    vpc = aws["eks"].describe_cluster(name=spec["name"])["cluster"]["resourcesVpcConfig"]
+    assert vpc.get("endpointPublicAccess", True)
     # A new cluster (moto's UpdateClusterConfig drops the subnets): private endpoint, public access limited to the
     # site's addresses, the audit log on - no warning.
     safe = {**spec, "name": spec["name"] + "-safe", "endpoint_private_access": True,

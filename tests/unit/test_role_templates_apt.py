@@ -29,6 +29,7 @@ def _ri():
     from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _role_inputs
     return _role_inputs
 
+
 FACTS = {"distribution": "Debian", "distribution_release": "bookworm", "architecture": "x86_64"}
 TEMPLATES = sorted((p.parent.parent.name, p.name) for role in ("driver", "container_toolkit")
                    for p in (ROOT / "roles" / role / "templates").glob("*.j2"))

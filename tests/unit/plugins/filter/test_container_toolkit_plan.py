@@ -121,9 +121,9 @@ def test_isolation_settings():
     off = container_toolkit_plan(FACTS, settings(container_toolkit_isolate_gpus=False))["config"]
     assert off == {"settings": {**ISOLATED, "accept-nvidia-visible-devices-envvar-when-unprivileged": True},
                    "isolation": "OFF (any container may ask for GPUs by environment variable)", "unsafe_keys": []}
+    unsafe = {"accept-nvidia-visible-devices-as-volume-mounts": False, "nvidia-container-runtime.log-level": "debug"}
     site = container_toolkit_plan(FACTS, settings(container_toolkit_allow_unsafe_settings=True,
-                                                  container_toolkit_config_settings={
-        "accept-nvidia-visible-devices-as-volume-mounts": False, "nvidia-container-runtime.log-level": "debug"}))
+                                                  container_toolkit_config_settings=unsafe))
     assert site["config"]["unsafe_keys"] == ["accept-nvidia-visible-devices-as-volume-mounts"]
     assert site["config"]["settings"] == {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
                                           "accept-nvidia-visible-devices-as-volume-mounts": False,

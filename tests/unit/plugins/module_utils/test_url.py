@@ -6,8 +6,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._url import (URLError, apt_auth_lines, rebuild,
-                                                                  split_credentials, url_problem)
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._url import (
+    URLError, apt_auth_lines, rebuild, split_credentials, url_problem)
 
 GOOD = ["http://deb.debian.org/debian", "https://nvidia.github.io/libnvidia-container", "http://mirror:8080/",
         "http://10.0.0.1/debian", "http://[fd00::1]:3142/debian", "https://m.example/a%20b/~x", "file:///srv/mirror",
