@@ -1265,8 +1265,8 @@ package_names = _each(package_name)
 chart_ref = _pattern_kind(r"[^\s\x00-\x1f\x7f'\"\\]+",
                           "a Helm chart: repo/name, a name in the chart repository, an oci:// reference or a local "
                           "path (no whitespace, quote or backslash)")
-inventory_host = _pattern_kind(r"[^\s\x00-\x1f\x7f'\"{}]+", "an inventory host name (no whitespace, quote or "
-                                                             "brace)", allow=())
+inventory_host = _pattern_kind(r"[^\s\x00-\x1f\x7f'\"{}]+",
+                               "an inventory host name (no whitespace, quote or brace)", allow=())
 sqs_queue = _pattern_kind(r"[A-Za-z0-9_-]{1,80}(\.fifo)?", "an SQS queue name (1 to 80 letters, digits, '-' and "
                                                            "'_')")
 iam_name = _pattern_kind(r"[A-Za-z0-9+=,.@_-]{1,64}", "an IAM role or instance profile name (1 to 64 letters, "
