@@ -178,24 +178,28 @@ def headers_installed(root: Path, release: str) -> bool:
     return False
 
 
-def module_files(root: Path, release: str) -> list[str]:
-    """The NVIDIA driver's module files (nvidia*.ko*) under /lib/modules/<release>/, less the kernel's own
-    (kernel/drivers/), paths as on the host; no link followed (build and source point into the headers)."""
-    base = _under(root, f"/lib/modules/{release}")
+def driver_module_paths(kernel_dir: Path) -> list[str]:
+    """The NVIDIA driver's module files (nvidia*.ko*) under a kernel's module directory (/lib/modules/<release>),
+    full paths, less the kernel's own (kernel/drivers/); no link followed (build and source point into the headers).
+    driver_reboot_check reads the same."""
     found = []
-    if not base.is_dir():
+    if not kernel_dir.is_dir():
         return found
-    for top, dirs, files in os.walk(base):
+    for top, dirs, files in os.walk(kernel_dir):
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
-        rel = os.path.relpath(top, base)
+        rel = os.path.relpath(top, kernel_dir)
         # The kernel's own modules (kernel/drivers/...: nvidia-wmi-ec-backlight, ...) are not the driver's; Ubuntu's
         # prebuilt driver modules are under kernel/nvidia-<branch>[srv]/, DKMS's under updates/dkms/.
         if (rel == "kernel" or rel.startswith("kernel/")) and not rel.startswith("kernel/nvidia"):
             continue
-        for name in files:
-            if name.startswith("nvidia") and name.endswith(_MODULE_SUFFIXES):
-                found.append("/" + os.path.relpath(os.path.join(top, name), root))
+        found += [os.path.join(top, name) for name in files
+                  if name.startswith("nvidia") and name.endswith(_MODULE_SUFFIXES)]
     return sorted(found)
+
+
+def module_files(root: Path, release: str) -> list[str]:
+    """driver_module_paths of /lib/modules/<release>/ under root, paths as on the host."""
+    return ["/" + os.path.relpath(path, root) for path in driver_module_paths(_under(root, f"/lib/modules/{release}"))]
 
 
 def dkms_tree(root: Path) -> list[dict]:

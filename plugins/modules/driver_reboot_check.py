@@ -19,7 +19,9 @@ description:
     which the kernel's C(btime) and C(boot_id) (the host's) cannot tell.
   - The install time (RV(module_time)) is the newest change time (C(ctime)) of a kernel module file named
     C(nvidia*.ko) (or C(.ko.xz), C(.ko.zst), C(.ko.gz)) under C(<modules_root>/<kernel>/), for every kernel - where
-    DKMS installs what it built (C(updates/dkms/)) and where a distribution's prebuilt modules go. The change time,
+    DKMS installs what it built (C(updates/dkms/)) and where a distribution's prebuilt modules go, less the kernel's
+    own modules under C(kernel/) other than C(kernel/nvidia*) (Debian's 6.12 kernel ships C(nvidia-wmi-ec-backlight)
+    in C(kernel/drivers/)), read as M(k8sgpu.nvidia.driver_kernels) reads them. The change time,
     not the modification time, which dpkg takes from the package for the files it unpacks; the change time
     is when the file was written on this host.
   - Written because no builtin module gives a container's boot time (the C(uptime) facts read C(/proc/uptime), the
@@ -107,7 +109,8 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
-_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import driver_module_paths
+
 
 
 def read_boot_time_from(btime: int, pid1_stat: str, clock_ticks: int, name: str = "1/stat") -> float:
@@ -136,16 +139,12 @@ def newest_module(modules_root: Path) -> tuple[str | None, float | None, list[st
     if not modules_root.is_dir():
         return None, None, []
     for kernel in sorted(p for p in modules_root.iterdir() if p.is_dir() and not p.is_symlink()):
-        # No symlinks followed: <kernel>/build and source point into the headers.
-        for top, _dirs, files in os.walk(kernel):
-            for name in files:
-                if not name.startswith("nvidia") or not name.endswith(_SUFFIXES):
-                    continue
-                path = os.path.join(top, name)
-                ctime = os.lstat(path).st_ctime
-                kernels.add(kernel.name)
-                if newest[1] is None or ctime > newest[1]:
-                    newest = (path, ctime)
+        # The driver's modules only: the kernel's own nvidia*.ko (kernel/drivers/...) do not count.
+        for path in driver_module_paths(kernel):
+            ctime = os.lstat(path).st_ctime
+            kernels.add(kernel.name)
+            if newest[1] is None or ctime > newest[1]:
+                newest = (path, ctime)
     return newest[0], newest[1], sorted(kernels)
 
 

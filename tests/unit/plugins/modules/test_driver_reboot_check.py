@@ -121,3 +121,14 @@ def test_on_this_machine_the_boot_is_before_now(module_io):
     btime = int(next(line.split()[1] for line in Path("/proc/stat").read_text().splitlines()
                      if line.startswith("btime ")))
     assert btime <= res["boot_time"] <= time.time()
+
+
+def test_the_kernels_own_nvidia_modules_do_not_count(tmp_path, module_io):
+    # Debian's 6.12 kernel ships kernel/drivers/platform/x86/nvidia-wmi-ec-backlight.ko: not the driver's module, so
+    # a kernel with only that one has none (the code before counted it, as driver_kernels' did until 45ec5a0).
+    modules = tmp_path / "modules"
+    dkms = module_file(modules, "6.1.0-40-amd64/updates/dkms/nvidia-current.ko")
+    module_file(modules, "6.12.95+deb12-amd64/kernel/drivers/platform/x86/nvidia-wmi-ec-backlight.ko.xz")
+    root = proc(tmp_path / "proc", int(time.time()) + 100)
+    res = run(module_io, proc_root=str(root), modules_root=str(modules))
+    assert res["module_kernels"] == ["6.1.0-40-amd64"] and res["module_file"] == str(dkms)
