@@ -112,7 +112,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import driver_module_paths
 
 
-
 def read_boot_time_from(btime: int, pid1_stat: str, clock_ticks: int, name: str = "1/stat") -> float:
     """The kernel's btime plus PID 1's start time (field 22 of its stat, clock ticks after the boot)."""
     # The command name (field 2) is in parentheses and may hold spaces and parentheses: fields after its last ')'.

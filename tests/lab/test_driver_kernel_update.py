@@ -16,7 +16,7 @@ container) and Docker's restart count show that the host was not rebooted.
 
 What the container cannot prove: it never boots the new kernel (it runs the machine's own kernel, for which Debian
 has no headers), so that the module built for 6.12 loads and drives a GPU on that kernel, that GRUB would pick the
-newest image (there is no GRUB here: the decision comes from the images under /boot), and the initramfs are not
+newest image (there is no GRUB here: the decision comes from the images under /boot), and the initramfs is not
 proven; the builds, DKMS's records, the module files and the decisions are real.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAB_NAME, ROOT, node_sh, run
+from conftest import LAB_NAME, node_sh, run
 
 HOST = f"{LAB_NAME}-kernel-update-1"
 BACKPORTS = "deb http://deb.debian.org/debian bookworm-backports main"
@@ -225,7 +225,7 @@ def test_without_headers_the_run_reports_it_and_refuses_the_reboot(inventory, ne
     assert msg.startswith(f"{HOST}: reboot refused: the kernel it would boot, {release} (the newest installed kernel "
                           "image"), msg
     assert f"apt-get install linux-headers-{release} && dkms autoinstall -k {release}" in msg, msg
-    assert not refused.task(REBOOT_TASK), [n for n, _ in refused.tasks]
+    assert not refused.task(REBOOT_TASK), [name for name, _result in refused.tasks]
     assert refused.stats.get("failures") == 1, refused.stats
     # Not rebooted: PID 1 and the container are the same as before.
     assert boot_marks() == before
