@@ -25,8 +25,9 @@ description:
   - Says which runtimes to configure (those asked for, else those whose unit is installed); the packages to read,
     install (apt names with the version pin; the legacy C(nvidia-docker2) unpinned) and hold; the NVIDIA runtime's
     C(config.toml) settings for GPU isolation (the site's own settings win); whether to generate the CDI spec; which
-    runtimes to restart (changed, unit installed, C(container_toolkit_restart)) and which were left on their old
-    configuration; whether the Docker GPU container check runs, or why not.
+    runtimes to restart (changed in this run, or found running an older configuration than their files - a run
+    stopped between the write and the restart; unit installed, C(container_toolkit_restart)) and which were left on
+    their old configuration; whether the Docker GPU container check runs, or why not.
 positional: _input, settings
 options:
   _input:
@@ -51,6 +52,13 @@ options:
   changes:
     description: The configuration files changed in this run per runtime (what a restart must restore); null before.
     type: dict
+  loaded:
+    description:
+      - Per runtime, the C(loaded) result of M(k8sgpu.nvidia.docker_daemon_config) or
+        M(k8sgpu.nvidia.container_runtime_config) (whether its daemon started after its files' last change); null
+        before they ran. A runtime whose C(stale) is true is restarted as one whose files changed.
+    type: dict
+    version_added: 1.2.0
   driver_loaded:
     description: Whether an NVIDIA driver is loaded; null takes it from the facts.
     type: bool
@@ -74,8 +82,11 @@ _value:
     - C(runtimes_installed), C(runtimes), C(runtimes_reason), C(ctk_runtimes) (configured through nvidia-ctk),
       C(driver_loaded), C(arch), C(packages), C(read) (C(names), C(versions)), C(install) (C(needed), C(names),
       C(allow_change_held), C(reason)), C(hold) (C(packages), C(needed), C(reason)), C(config) (C(settings),
-      C(isolation), C(unsafe_keys)), C(cdi) (C(wanted), C(skip_reason)), C(restart), C(not_restarted), C(gpu_check) (C(run),
-      C(probe_dockerd), C(skip_reason)).
+      C(isolation), C(unsafe_keys)), C(cdi) (C(wanted), C(skip_reason)), C(restart), C(not_restarted), C(stale) (per
+      runtime running an older configuration than its files: C(unit), C(files), C(started)), C(restart_stale) (those
+      of C(restart) restarted only for that), C(pending) (a line per
+      runtime left on an older configuration than its files by this run, naming the unit and the files; in check
+      mode, the stale ones), C(gpu_check) (C(run), C(probe_dockerd), C(skip_reason)).
   type: dict
 """
 
@@ -177,14 +188,44 @@ def _gpu_check(settings: Mapping, runtimes: list[str], installed: list[str], not
     return {"run": False, "probe_dockerd": False, "skip_reason": reason}
 
 
+def _stale(loaded: Any) -> dict:
+    """The runtimes whose daemon runs an older configuration than its files, from the modules' ``loaded`` results."""
+    if loaded is not None and not isinstance(loaded, Mapping):
+        raise AnsibleFilterError(f"container_toolkit_plan expects the loaded state per runtime (a dict) or none, got {loaded!r}")
+    out = {}
+    for runtime in RUNTIMES:
+        state = (loaded or {}).get(runtime) or {}
+        if isinstance(state, Mapping) and as_bool(state.get("stale", False)):
+            out[runtime] = {"unit": as_text(state.get("unit") or UNITS[runtime]),
+                            "files": [as_text(f) for f in state.get("newer") or []],
+                            "started": as_text(state.get("started") or "")}
+    return out
+
+
+def _pending(not_restarted: list[str], stale: Mapping, changes: Mapping, check_mode: bool) -> list[str]:
+    """A line per runtime left on an older configuration than its files (in check mode: found so)."""
+    lines = []
+    for runtime in RUNTIMES:
+        if runtime not in not_restarted or (check_mode and runtime not in stale):
+            continue
+        if runtime in stale:
+            lines.append(f"{UNITS[runtime]} (started {stale[runtime]['started']}) runs an older configuration than "
+                         f"{', '.join(stale[runtime]['files'])}")
+        else:
+            files = [as_text(f.get("path")) for f in changes.get(runtime) or [] if isinstance(f, Mapping)]
+            lines.append(f"{UNITS[runtime]} was not restarted after {', '.join(files) or 'its configuration'} changed")
+    return lines
+
+
 def container_toolkit_plan(facts: Any, settings: Any, units: Any = None, packages: Any = None, changes: Any = None,
-                           driver_loaded: Any = None, check_mode: Any = False) -> dict:
+                           driver_loaded: Any = None, check_mode: Any = False, loaded: Any = None) -> dict:
     """What the container_toolkit role does on one host.
 
     ``facts``: the host's ansible_facts (architecture; nvidia_driver_version from gpu_facts). ``settings``: the
     role's variables by name (``SETTINGS``). ``units``: the lines of ``systemctl list-unit-files`` for the runtimes'
     units. ``packages``: the dpkg_packages result (packages, ready, held) once read, else None. ``changes``: the
-    configuration files changed in this run, per runtime (what a restart must restore), once known.
+    configuration files changed in this run, per runtime (what a restart must restore), once known. ``loaded``: the
+    modules' ``loaded`` results per runtime (a runtime whose daemon runs older files is restarted too).
     ``driver_loaded``: overrides the facts (tests). ``check_mode``: the role runs in check mode.
     """
     if not isinstance(facts, Mapping):
@@ -231,11 +272,14 @@ def container_toolkit_plan(facts: Any, settings: Any, units: Any = None, package
         install_reason = "every package installed" + (f" at {version}" if version else "")
 
     changes = dict(changes or {})
+    stale = _stale(loaded)
     restart = as_bool(settings["container_toolkit_restart"])
-    # A runtime whose unit is not installed only has its configuration written.
-    to_restart = [r for r in RUNTIMES if r in changes and r in installed] if restart else []
-    # Changed but not restarted (no systemd unit, or container_toolkit_restart=false): still on the old configuration.
-    not_restarted = [r for r in changes if r not in to_restart]
+    # Changed in this run, or left on older files by a run that stopped before its restart. A runtime whose unit is
+    # not installed only has its configuration written.
+    due = [r for r in RUNTIMES if r in changes or r in stale]
+    to_restart = [r for r in due if r in installed] if restart else []
+    # Due but not restarted (no systemd unit, or container_toolkit_restart=false): still on the old configuration.
+    not_restarted = [r for r in due if r not in to_restart]
 
     isolate = as_bool(settings["container_toolkit_isolate_gpus"])
     cdi_spec = settings["container_toolkit_cdi_spec"]
@@ -278,6 +322,10 @@ def container_toolkit_plan(facts: Any, settings: Any, units: Any = None, package
         },
         "restart": to_restart,
         "not_restarted": not_restarted,
+        "stale": stale,
+        # Restarted only to load files an earlier run wrote.
+        "restart_stale": [r for r in to_restart if r in stale and r not in changes],
+        "pending": _pending(not_restarted, stale, changes, check_mode),
         "gpu_check": _gpu_check(settings, runtimes, installed, not_restarted, driver_loaded, check_mode),
     }
 

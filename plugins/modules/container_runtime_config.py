@@ -29,6 +29,9 @@ description:
     change.
   - This module does B(not) restart the runtime. Notify a handler that restarts it and restores RV(files[].backup_file)
     (or removes a file RV(files[].created) by the task) if the restart fails, as the examples show.
+  - With O(unit), it also says whether the running daemon has read both files as they are (RV(loaded)): a run
+    stopped between the write and the restart leaves the runtime on the older content, and the next run finds the
+    files right.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
@@ -83,6 +86,12 @@ options:
     description: Also enable CDI device injection in the runtime (containerd C(enable_cdi)).
     type: bool
     default: false
+  unit:
+    description:
+      - The systemd unit of the runtime's daemon, for example V(containerd.service). Given, RV(loaded) says whether
+        the daemon started after the last change of O(config_path) and O(drop_in_path); omitted, nothing is read.
+    type: str
+    version_added: 1.2.0
 notes:
   - Fails, changing nothing, when nvidia-ctk is missing, when a file cannot be read, or when nvidia-ctk rejects the
     configuration (for example a main file that is not TOML); the message names the file and gives nvidia-ctk's
@@ -184,6 +193,38 @@ command:
   sample: [/usr/bin/nvidia-ctk, --quiet, runtime, configure, --runtime=containerd, --config=/etc/containerd/config.toml,
            --drop-in-config=/etc/containerd/conf.d/99-nvidia.toml, --nvidia-runtime-name=nvidia,
            --nvidia-runtime-path=/usr/bin/nvidia-container-runtime, --set-as-default]
+loaded:
+  description:
+    - Whether O(unit)'s daemon runs with O(config_path) and O(drop_in_path) as they were before the task, read on the
+      host before anything is written - the daemon's main process start (systemd's
+      C(ExecMainStartTimestampMonotonic), from C(systemctl show)) against each file's modification time, both on the
+      host's clock. A modification time later than now does not count.
+  returned: when O(unit) is given
+  type: dict
+  version_added: 1.2.0
+  contains:
+    unit:
+      description: O(unit).
+      type: str
+      sample: containerd.service
+    state:
+      description: systemd's C(ActiveState) of the unit (V(active), V(inactive), V(failed), ...), V(not-found), or
+        V(unknown) when C(systemctl show) failed (no systemd).
+      type: str
+      sample: active
+    started:
+      description: When the daemon's main process started, UTC, ISO 8601 (seconds); empty when it does not run.
+      type: str
+      sample: "2026-12-07T15:20:07+00:00"
+    newer:
+      description: The files modified after the daemon started (the daemon runs an older content).
+      type: list
+      elements: str
+      sample: [/etc/containerd/conf.d/99-nvidia.toml]
+    stale:
+      description: Whether the daemon runs and RV(loaded.newer) is not empty; restart it to load the files.
+      type: bool
+      sample: true
 """
 
 import os
@@ -200,6 +241,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import 
 )
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_ctk import DEFAULT_PATHS, NvidiaCtkError, plan
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._redact import redact_toml, toml_holds_secret
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._runtime_loaded import loaded_result
 
 
 def main() -> None:
@@ -215,6 +257,7 @@ def main() -> None:
             nvidia_ctk=dict(type="path"),
             backup=dict(type="bool", default=True),
             backup_dir=dict(type="path", default=DEFAULT_BACKUP_DIR),
+            unit=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -251,6 +294,8 @@ def main() -> None:
     result = dict(
         changed=bool(moved) or any(c.changed for c in changes), files=files, command=cmd, backups_moved=moved
     )
+    if p["unit"]:
+        result["loaded"] = loaded_result(module, p["unit"], (config_path, drop_in_path))
     if module._diff:
         result["diff"] = [
             dict(

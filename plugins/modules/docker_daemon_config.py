@@ -29,6 +29,8 @@ description:
     keep their position and new keys are appended.
   - This module does B(not) restart Docker, which reads C(daemon.json) only when it starts. Notify a handler that
     restarts it, and restore RV(backup_file) if the restart fails, as the examples show.
+  - With O(unit), it also says whether the running daemon has read the file as it is (RV(loaded)): a run stopped
+    between the write and the restart leaves Docker on the older content, and the next run finds the file right.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)
 extends_documentation_fragment:
@@ -98,6 +100,12 @@ options:
       - With V(false), a missing file fails the task when it would have to be created.
     type: bool
     default: true
+  unit:
+    description:
+      - The systemd unit of the Docker daemon that reads the file, for example V(docker.service). Given, RV(loaded)
+        says whether the daemon started after the file's last change; omitted, nothing is read.
+    type: str
+    version_added: 1.2.0
 notes:
   - Docker must be restarted (or, for some settings, sent C(SIGHUP)) for changes to take effect. The module does
     not do it.
@@ -250,6 +258,38 @@ runtimes_removed:
   type: list
   elements: str
   sample: []
+loaded:
+  description:
+    - Whether O(unit)'s daemon runs with the file as it was before the task, read on the host before anything is
+      written - the daemon's main process start (systemd's C(ExecMainStartTimestampMonotonic), from
+      C(systemctl show)) against the file's modification time, both on the host's clock. A modification time later
+      than now does not count.
+  returned: when O(unit) is given
+  type: dict
+  version_added: 1.2.0
+  contains:
+    unit:
+      description: O(unit).
+      type: str
+      sample: docker.service
+    state:
+      description: systemd's C(ActiveState) of the unit (V(active), V(inactive), V(failed), ...), V(not-found), or
+        V(unknown) when C(systemctl show) failed (no systemd).
+      type: str
+      sample: active
+    started:
+      description: When the daemon's main process started, UTC, ISO 8601 (seconds); empty when it does not run.
+      type: str
+      sample: "2026-12-07T15:20:07+00:00"
+    newer:
+      description: The file, when it was modified after the daemon started (the daemon runs an older content).
+      type: list
+      elements: str
+      sample: [/etc/docker/daemon.json]
+    stale:
+      description: Whether the daemon runs and RV(loaded.newer) is not empty; restart it to load the file.
+      type: bool
+      sample: true
 """
 
 import os
@@ -257,6 +297,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._atomic_file import DEFAULT_BACKUP_DIR
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._runtime_loaded import loaded_result
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._daemon_json import (
     DaemonJsonError,
     dump_config,
@@ -280,6 +321,7 @@ def main() -> None:
             backup=dict(type="bool", default=True),
             backup_dir=dict(type="path", default=DEFAULT_BACKUP_DIR),
             create=dict(type="bool", default=True),
+            unit=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -312,6 +354,8 @@ def main() -> None:
         runtimes_updated=plan.runtimes_updated,
         runtimes_removed=plan.runtimes_removed,
     )
+    if params["unit"]:
+        result["loaded"] = loaded_result(module, params["unit"], [path] if data is not None else [])
     if not plan.changed:
         module.exit_json(**result)
     if data is None and not params["create"]:

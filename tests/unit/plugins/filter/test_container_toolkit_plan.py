@@ -150,8 +150,69 @@ def test_changed_runtimes_are_restarted_where_their_unit_is_installed():
     assert plan["restart"] == ["containerd", "docker"]
     assert plan["not_restarted"] == ["crio"]
     off = container_toolkit_plan(LOADED, settings(container_toolkit_restart=False), units=UNITS, changes=changes)
-    assert off["restart"] == [] and off["not_restarted"] == ["docker", "crio", "containerd"]
+    assert off["restart"] == [] and off["not_restarted"] == ["containerd", "crio", "docker"]
+    assert off["pending"] == [
+        "containerd.service was not restarted after /etc/containerd/conf.d/99-nvidia.toml changed",
+        "crio.service was not restarted after /etc/crio/crio.conf.d/99-nvidia.toml changed",
+        "docker.service was not restarted after /etc/docker/daemon.json changed"]
     assert container_toolkit_plan(LOADED, settings(), units=UNITS, changes={})["restart"] == []
+
+
+def loaded(unit, *newer, state="active"):
+    return {"unit": unit, "state": state, "started": "2026-12-07T15:20:07+00:00", "newer": list(newer),
+            "stale": bool(newer)}
+
+
+STALE = {"docker": loaded("docker.service", "/etc/docker/daemon.json"),
+         "containerd": loaded("containerd.service", "/etc/containerd/conf.d/99-nvidia.toml"),
+         "crio": loaded("crio.service")}
+
+
+def test_a_runtime_on_older_files_than_its_own_is_restarted_though_nothing_changed():
+    # A run stopped between the write and the restart: the files are right, the daemons started before them.
+    plan = container_toolkit_plan(LOADED, settings(), units=UNITS, changes={}, loaded=STALE)
+    assert plan["restart"] == ["containerd", "docker"] and plan["not_restarted"] == [] and plan["pending"] == []
+    assert plan["restart_stale"] == ["containerd", "docker"]
+    assert plan["stale"] == {
+        "containerd": {"unit": "containerd.service", "files": ["/etc/containerd/conf.d/99-nvidia.toml"],
+                       "started": "2026-12-07T15:20:07+00:00"},
+        "docker": {"unit": "docker.service", "files": ["/etc/docker/daemon.json"],
+                   "started": "2026-12-07T15:20:07+00:00"}}
+    # Docker restarted, so the GPU container check runs.
+    assert plan["gpu_check"]["run"] is True
+    # Current daemons: nothing to restart.
+    current = {r: loaded(v["unit"]) for r, v in STALE.items()}
+    assert container_toolkit_plan(LOADED, settings(), units=UNITS, changes={}, loaded=current)["restart"] == []
+
+
+def test_a_stale_runtime_is_left_alone_where_restarts_are_off_and_said_to_be():
+    plan = container_toolkit_plan(LOADED, settings(container_toolkit_restart=False), units=UNITS, changes={},
+                                  loaded=STALE)
+    assert plan["restart"] == [] and plan["not_restarted"] == ["containerd", "docker"]
+    assert plan["pending"] == [
+        "containerd.service (started 2026-12-07T15:20:07+00:00) runs an older configuration than "
+        "/etc/containerd/conf.d/99-nvidia.toml",
+        "docker.service (started 2026-12-07T15:20:07+00:00) runs an older configuration than /etc/docker/daemon.json"]
+    assert plan["gpu_check"]["skip_reason"] == "Docker not restarted: restart it to load the nvidia runtime"
+    # No systemd unit (a runtime asked for, not installed): not restarted, pending.
+    only_containerd = [UNITS[0]]
+    plan = container_toolkit_plan(LOADED, settings(container_toolkit_runtimes=["docker", "containerd"]),
+                                  units=only_containerd, changes={}, loaded=STALE)
+    assert plan["restart"] == ["containerd"] and plan["not_restarted"] == ["docker"]
+
+
+def test_check_mode_lists_the_stale_runtimes_as_pending_not_the_changed_ones():
+    # The role's plan entry point: check mode, restarts off. A file that would change is in changed_files already.
+    changes = {"docker": [{"path": "/etc/docker/daemon.json", "changed": True}]}
+    plan = container_toolkit_plan(LOADED, settings(container_toolkit_restart=False), units=UNITS, changes=changes,
+                                  loaded={"containerd": STALE["containerd"]}, check_mode=True)
+    assert plan["pending"] == ["containerd.service (started 2026-12-07T15:20:07+00:00) runs an older configuration "
+                               "than /etc/containerd/conf.d/99-nvidia.toml"]
+
+
+def test_loaded_must_be_a_mapping():
+    with pytest.raises(AnsibleFilterError, match="loaded state per runtime"):
+        container_toolkit_plan(LOADED, settings(), units=UNITS, loaded=["docker"])
 
 
 @pytest.mark.parametrize("facts,over,units,changes,check_mode,expected", [
