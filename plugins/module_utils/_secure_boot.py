@@ -266,7 +266,63 @@ def reboot_decision(host: str, kernel: str, modules: Iterable[Mapping], state: M
         f"(driver_secure_boot_signing).{pending}")}
 
 
+def boot_decision(host: str, kernels: Mapping[str, Sequence[Mapping]], candidates: Iterable[str], state: Mapping,
+                  certificate: str = "") -> dict:
+    """reboot_decision over every kernel the host may boot (those with NVIDIA modules): ``allowed``, ``kernels``,
+    ``reason`` (the first refusal's, else the first kernel's)."""
+    checked = [k for k in candidates if kernels.get(k)]
+    decisions = [reboot_decision(host, k, kernels[k], state, certificate) for k in checked]
+    refused = [d for d in decisions if not d["allowed"]]
+    reason = (refused or decisions)[0]["reason"] if decisions else "no NVIDIA module in a kernel the host may boot"
+    return {"allowed": not refused, "kernels": checked, "secure_boot": state.get("state", "not_efi"),
+            "reason": reason}
+
+
+def kernels_reboot(host: str, root: str | Path, read: dict, efi_root: str | Path, modinfo) -> dict:
+    """driver_kernels' reading (``_driver_kernels.read_kernels``) with Secure Boot added to its reboot decision, in
+    place: ``secure_boot`` (the state, always: a few small file reads), and where Secure Boot is enforcing and the
+    kernel check allowed the reboot, the NVIDIA modules of every kernel it may boot must be trusted (signed by an
+    enrolled key), else ``reboot.allowed`` is false and ``reboot.reason`` names the host, kernel, module and fix.
+    ``modinfo``: a callable taking host paths (under ``root``) and returning ``modinfo``'s output, called only then."""
+    state = secure_boot(efi_root)
+    read["secure_boot"] = {k: state[k] for k in ("state", "enforcing", "pending_enrolment", "sources")}
+    reboot = read["reboot"]
+    if not state["enforcing"] or not reboot["allowed"]:
+        return read
+    candidates = [k for k in (reboot.get("candidates") or []) if read["kernels"].get(k, {}).get("module_files")]
+    if not candidates:
+        return read
+    base = str(Path(root))
+    local = {f: (f if base == "/" else base + f) for k in candidates for f in read["kernels"][k]["module_files"]}
+    found = parse_modinfo(modinfo(list(local.values())))
+    trust = {k: module_trust({f: found.get(local[f], {"signer": "", "sig_key": ""})
+                              for f in read["kernels"][k]["module_files"]}, state["trusted"]) for k in candidates}
+    decision = boot_decision(host or "this host", trust, candidates, state, dkms_certificate(root))
+    read["secure_boot"]["modules_trusted"] = decision["allowed"]
+    if not decision["allowed"]:
+        reboot.update(allowed=False, reason=decision["reason"],
+                      refused_kernels=[k for k in candidates if any(not m["trusted_by"] for m in trust[k])])
+    return read
+
+
 # ------------------------------------------------------------------ DKMS -------------------------------------------
+
+def dkms_certificate(root: str | Path = "/") -> str:
+    """The certificate DKMS signs with: ``mok_certificate`` of its framework files (the last one read wins, as DKMS
+    sources them in order), else its default."""
+    base = Path(root)
+    conf = base / "etc/dkms"
+    files = [conf / "framework.conf"] + sorted((conf / "framework.conf.d").glob("*.conf"))
+    found = DKMS_DEFAULT_CERTIFICATE
+    for path in files:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for m in re.finditer(r"^\s*mok_certificate=[\"']?([^\"'\s]+)", text, re.M):
+            found = m.group(1)
+    return found
+
 
 def shell_safe_path(path: str) -> bool:
     """DKMS sources its framework files as shell: a path there is absolute and plain."""

@@ -138,7 +138,8 @@ secure_boot:
       description: Shim's C(MokNew) exists - an import waits for confirmation at the console on the next boot.
       type: bool
 certificate:
-  description: The signing certificate (with O(signing); else DKMS's own, C(/var/lib/dkms/mok.pub), where it exists) -
+  description: The signing certificate (with O(signing); else the one DKMS's framework files name, by default its own
+    C(/var/lib/dkms/mok.pub), where it exists) -
     C(path), C(signer), C(serial), C(subject), C(enrolled) (null where the firmware's lists cannot be read).
   returned: always
   type: dict
@@ -379,11 +380,12 @@ def main() -> None:
         cert_path, ident = s.configure()
     else:
         s.unconfigure(everything=p["state"] == "absent")
-        default = _read(_under(s.root, sb.DKMS_DEFAULT_CERTIFICATE))
+        dkms_cert = sb.dkms_certificate(s.root)
+        default = _read(_under(s.root, dkms_cert))
         if default:
             try:
                 ident = sb.identity(sb.to_der(default))
-                cert_path = sb.DKMS_DEFAULT_CERTIFICATE
+                cert_path = dkms_cert
             except sb.CertificateError:
                 ident = None
     state = sb.secure_boot(p["efi_root"])
@@ -417,12 +419,8 @@ def main() -> None:
             entry["signed_by_certificate"] = bool(ident) and not sb.signed_by({entry["path"]: info}, ident)
         kernels[release] = {"modules": trust}
     boot = boot_kernel(Path(s.root), installed)
-    decisions = [sb.reboot_decision(s.who, k, kernels[k]["modules"], state, cert_path)
-                 for k in boot["candidates"] if k in kernels and kernels[k]["modules"]]
-    refused = [d for d in decisions if not d["allowed"]]
-    reboot = {"allowed": not refused, "kernels": [k for k in boot["candidates"] if k in kernels],
-              "reason": refused[0]["reason"] if refused else (decisions[0]["reason"] if decisions else
-                                                               "no NVIDIA module in a kernel the host may boot")}
+    reboot = sb.boot_decision(s.who, {k: v["modules"] for k, v in kernels.items()}, boot["candidates"], state,
+                              cert_path)
     certificate = dict(ident or {}, path=cert_path)
     if ident:
         certificate["enrolled"] = (any(sb.key_id(t["serial"]) == sb.key_id(ident["serial"]) and

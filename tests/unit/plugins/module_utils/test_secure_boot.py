@@ -194,3 +194,46 @@ def test_shell_safe_path(path, ok):
 def test_dkms_drop_in():
     text = sb.dkms_drop_in("/k", "/c")
     assert 'mok_signing_key="/k"\nmok_certificate="/c"\n' in text and text.startswith("# Managed by k8sgpu.nvidia")
+
+
+def test_dkms_certificate_last_file_wins(tmp_path):
+    assert sb.dkms_certificate(tmp_path) == sb.DKMS_DEFAULT_CERTIFICATE
+    (tmp_path / "etc/dkms/framework.conf.d").mkdir(parents=True)
+    (tmp_path / "etc/dkms/framework.conf").write_text('# mok_certificate=/var/lib/dkms/mok.pub\n')
+    (tmp_path / "etc/dkms/framework.conf.d/10-a.conf").write_text('mok_certificate="/a.der"\n')
+    (tmp_path / "etc/dkms/framework.conf.d/90-k8sgpu-nvidia-signing.conf").write_text(sb.dkms_drop_in("/k", "/c"))
+    assert sb.dkms_certificate(tmp_path) == "/c"
+
+
+def kernels_read(allowed: bool = True) -> dict:
+    files = ["/lib/modules/6.1.0-44-amd64/updates/dkms/nvidia-current.ko",
+             "/lib/modules/6.1.0-44-amd64/updates/dkms/nvidia-current-uvm.ko"]
+    return {"kernels": {"6.1.0-44-amd64": {"module_files": files}, "6.1.0-40-amd64": {"module_files": []}},
+            "reboot": {"allowed": allowed, "candidates": ["6.1.0-44-amd64", "6.1.0-40-amd64"], "reason": "ok",
+                       "refused_kernels": []}}
+
+
+def test_kernels_reboot_refused_under_secure_boot(tmp_path):
+    _k, mok = make_cert(tmp_path, "/CN=Site MOK", "0x0102")
+    efi = efi_tree(tmp_path / "efi", mok=signature_list(der(mok)))
+    asked = []
+
+    def modinfo(paths):
+        asked.append(paths)
+        return MODINFO
+    read = sb.kernels_reboot("gpu-7", "/", kernels_read(), efi, modinfo)
+    assert asked == [kernels_read()["kernels"]["6.1.0-44-amd64"]["module_files"]]
+    assert read["secure_boot"]["state"] == "enabled" and read["secure_boot"]["modules_trusted"] is False
+    assert not read["reboot"]["allowed"] and read["reboot"]["refused_kernels"] == ["6.1.0-44-amd64"]
+    assert "nvidia-current-uvm.ko: unsigned" in read["reboot"]["reason"]
+
+
+def test_kernels_reboot_reads_no_module_without_secure_boot(tmp_path):
+    def modinfo(paths):
+        raise AssertionError("modinfo run without Secure Boot")
+    for efi in (efi_tree(tmp_path / "off", secure_boot=0), tmp_path / "none"):
+        read = sb.kernels_reboot("gpu-7", "/", kernels_read(), efi, modinfo)
+        assert read["reboot"]["allowed"] and not read["secure_boot"]["enforcing"]
+    # A reboot the kernel check refused already stays refused, its reason kept.
+    read = sb.kernels_reboot("gpu-7", "/", kernels_read(False), efi_tree(tmp_path / "on"), modinfo)
+    assert not read["reboot"]["allowed"] and read["reboot"]["reason"] == "ok"
