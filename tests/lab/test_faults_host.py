@@ -7,8 +7,13 @@ to the state of a run that had no fault, compared by a digest the test takes on 
 what the site put there, and leave no temporary or backup file in the runtimes' directories.
 
 The container's processes stand for the host's: a connection cut (or a host that kills the session) is the apt and
-dpkg processes killed with SIGKILL in the container; a controller killed is ansible-playbook killed with SIGKILL,
-which leaves the command it started on the host running (as Docker's exec, and SSH with ControlPersist, leave it).
+dpkg processes killed with SIGKILL in the container; a controller killed is ansible-playbook and every one of its
+workers (each in a session of its own) killed with SIGKILL (k8sgpu_testlib.faults.kill_run), which leaves the
+command it started on the host running (as Docker's exec, and SSH with ControlPersist, leave it).
+
+The digest reads what Docker and containerd run with from the daemons themselves (docker info; containerd's CRI
+plugin configuration through its own API), not from their files: a runtime left on an older configuration than its
+files shows (issue 51).
 """
 from __future__ import annotations
 
@@ -16,7 +21,6 @@ import http.client
 import json
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import threading
@@ -29,6 +33,7 @@ import pytest
 
 from ansible_output import recap
 from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
+from k8sgpu_testlib.faults import DOCKER_LOADED, containerd_runtime_line, kill_run, marked_env
 
 HOST = f"{LAB_NAME}-fault-1"
 PLAYBOOK = "playbooks/host.yml"
@@ -60,16 +65,15 @@ echo '## daemon.json'; python3 -c 'import json; print(json.dumps(json.load(open(
 echo '## files'; for f in {' '.join(MANAGED[1:])}; do [ -f "$f" ] && sha256sum "$f"; done
 echo '## listings'; for d in {' '.join(WATCHED_DIRS)}; do [ -d "$d" ] && ls -A "$d" | sed "s|^|$d/|"; done
 echo '## dkms'; dkms status 2>&1 | sort
-echo '## docker default runtime'; docker info -f '{{{{.DefaultRuntime}}}}'
-echo '## containerd default runtime'; containerd config dump 2>/dev/null | grep -E '^\s*default_runtime_name' | tr -d ' '
+echo '## docker loaded'; {DOCKER_LOADED}
 """
 
 
 def state_digest() -> str:
     """What a converged host has: package versions and holds, dpkg's unfinished work and journal (none), the content
     of every file the roles manage, the runtimes' directories (a temporary or backup file shows), DKMS's modules and
-    the runtimes' effective default runtime."""
-    return node_sh(HOST, DIGEST)
+    what Docker and containerd run with, as the running daemons say."""
+    return node_sh(HOST, DIGEST) + f"## containerd loaded\n{containerd_runtime_line(HOST)}\n"
 
 
 def daemon_json() -> dict:
@@ -114,11 +118,32 @@ def host_yml(inventory: Path, *args: str, timeout: int = 1800) -> subprocess.Com
 
 
 def start_host_yml(inventory: Path, log: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
+    """host.yml in the background, its processes marked (``proc.marker``) for kill()."""
+    env, marker = marked_env({**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+                              "PYTHONUNBUFFERED": "1"})
     with log.open("w") as out:
-        return subprocess.Popen(["ansible-playbook", "-i", "inventories/lab", "-i", str(inventory), "-l", HOST,
+        proc = subprocess.Popen(["ansible-playbook", "-i", "inventories/lab", "-i", str(inventory), "-l", HOST,
                                  PLAYBOOK, *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+    proc.marker = marker  # type: ignore[attr-defined]
+    return proc
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """The controller killed: ansible-playbook and each of its workers (SIGKILL)."""
+    kill_run(proc, proc.marker)  # type: ignore[attr-defined]
+
+
+def wait_in_log(proc: subprocess.Popen, log: Path, text: str, timeout: float = 600) -> None:
+    """Wait until the run's output shows ``text`` (a task's banner: the task before it has ended)."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        if proc.poll() is not None:
+            raise AssertionError(f"host.yml ended (rc {proc.returncode}) before {text!r}: {log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            kill(proc)
+            raise AssertionError(f"no {text!r} within {timeout} s: {log.read_text()[-3000:]}")
+        time.sleep(0.02)
 
 
 def wait_on_host(proc: subprocess.Popen, condition: str, what: str, log: Path, timeout: float = 600) -> None:
@@ -131,7 +156,7 @@ def wait_on_host(proc: subprocess.Popen, condition: str, what: str, log: Path, t
                           check=False).returncode == 0:
             return
         time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
+    kill(proc)
     raise AssertionError(f"no {what} on {HOST} within {timeout} s: {log.read_text()[-3000:]}")
 
 
@@ -235,8 +260,7 @@ def test_controller_killed_during_the_dkms_build(inventory, reference, tmp_path)
     proc = start_host_yml(inventory, log)
     # DKMS compiling the open kernel module (the nvidia-open-kernel-dkms postinst).
     wait_on_host(proc, "pgrep -x cc1 >/dev/null", "the DKMS build", log)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
+    kill(proc)
     assert node_sh(HOST, "pgrep -f 'dkms' >/dev/null && echo running", check=False).strip() == "running"
 
     # The re-run waits for the host's apt, whose DKMS build takes 2-6 min here (2 CPUs shared with the other tests):
@@ -350,7 +374,7 @@ class Relay:
                 raise AssertionError(f"host.yml ended (rc {proc.returncode}) before apt fetched a .deb with "
                                      f"{self.handler.match!r}: {log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill(proc)
                 raise AssertionError(f"apt fetched no .deb with {self.handler.match!r} within {timeout} s")
 
 
@@ -431,8 +455,7 @@ def test_controller_killed_during_the_toolkits_package_install(inventory, refere
         proc = start_host_yml(inventory, log, "-e", f"container_toolkit_repo_proxy={relay.url}")
         relay.wait_stalled(proc, log)
         assert "Install the toolkit packages with apt" in log.read_text(), log.read_text()[-3000:]
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+        kill(proc)
         relay.handler.release.set()
         # apt, on its own now, fetches the rest and installs.
         node_sh(HOST, "while pgrep -x apt-get >/dev/null; do sleep 0.5; done", timeout=300)
@@ -441,6 +464,98 @@ def test_controller_killed_during_the_toolkits_package_install(inventory, refere
     digest = converge(inventory, "controller killed during the toolkit's package install")
     assert digest == reference, diff(reference, digest)
     assert daemon_json()["log-level"] == "warn"
+
+
+def docker_loaded() -> str:
+    """Docker's default runtime as the running dockerd has it."""
+    return node_sh(HOST, "docker info -f '{{.DefaultRuntime}}'").strip()
+
+
+def test_controller_killed_between_the_daemon_json_write_and_dockers_restart(inventory, reference, tmp_path):
+    """The converged host, daemon.json as a site wrote it (no nvidia runtime) and Docker restarted with it: host.yml
+    killed (ansible-playbook and its workers) once the toolkit has written daemon.json, before the restart handler.
+    The re-run restarts Docker (its daemon started before the file's last change) and converges. Today's code decided
+    restarts from the run's own changes: the re-run changed nothing and left Docker on runc for good."""
+    start_converged()
+    site = {"storage-driver": "vfs", **SITE_KEY}
+    node_sh(HOST, f"printf '%s\\n' '{json.dumps(site, indent=2)}' >/etc/docker/daemon.json; "
+                  "systemctl reset-failed; systemctl restart docker")
+    assert docker_loaded() == "runc"
+    log = tmp_path / "faulted.log"
+    proc = start_host_yml(inventory, log)
+    # The next task's banner: the daemon.json task has ended; the handler runs after three more.
+    wait_in_log(proc, log, "TASK [k8sgpu.nvidia.container_toolkit : Add the nvidia runtime to containerd and CRI-O")
+    kill(proc)
+    assert "RUNNING HANDLER" not in log.read_text()
+    assert daemon_json()["default-runtime"] == "nvidia"
+    assert docker_loaded() == "runc"
+
+    digest = converge(inventory, "controller killed between the daemon.json write and Docker's restart")
+    assert digest == reference, diff(reference, digest)
+    assert daemon_json()["log-level"] == "warn"
+
+
+def test_controller_killed_between_containerds_drop_in_write_and_its_restart(inventory, reference, tmp_path):
+    """The converged host, containerd's config.toml as the gpu-host image has it (before any run) and no drop-in,
+    containerd restarted with them: host.yml killed once the toolkit has written the drop-in and the imports entry,
+    before the restart handler. containerd runs runc as its default (its own CRI answer) until the re-run restarts
+    it; today's re-run changed nothing and left it so."""
+    start_converged()
+    node_sh(HOST, f"printf '%s' {shlex.quote(FRESH['containerd'])} >/etc/containerd/config.toml; rm {DROP_IN}; "
+                  "systemctl restart containerd")
+    assert containerd_runtime_line(HOST).startswith("default=runc "), containerd_runtime_line(HOST)
+    log = tmp_path / "faulted.log"
+    proc = start_host_yml(inventory, log)
+    wait_in_log(proc, log, "TASK [k8sgpu.nvidia.container_toolkit : Set GPU isolation in the NVIDIA runtime's")
+    kill(proc)
+    assert "RUNNING HANDLER" not in log.read_text()
+    assert "nvidia" in node_sh(HOST, f"cat {DROP_IN}") and "conf.d" in node_sh(HOST, "cat /etc/containerd/config.toml")
+    assert containerd_runtime_line(HOST).startswith("default=runc "), containerd_runtime_line(HOST)
+
+    digest = converge(inventory, "controller killed between containerd's drop-in write and its restart")
+    assert digest == reference, diff(reference, digest)
+
+
+def test_host_frozen_longer_than_the_bound_during_the_toolkits_install(inventory, reference, tmp_path):
+    """The converged host without the toolkit's packages: while apt fetches nvidia-container-toolkit (a proxy holds
+    the .deb half-sent) the host is frozen (docker pause) for longer than the bound the run sets
+    (container_toolkit_apt_lock_timeout 5 + container_toolkit_apt_timeout 20 = 25 s). The run fails within the
+    bound, naming the host, the step and the variables; thawed, the re-run converges. Today's code had no bound: the
+    run waited as long as the host stayed frozen."""
+    start_converged()
+    node_sh(HOST, "apt-get purge -y -q --allow-change-held-packages nvidia-container-toolkit "
+                  "nvidia-container-toolkit-base >/dev/null && apt-get clean")
+    log = tmp_path / "faulted.log"
+    with Relay("stall", match="nvidia-container-toolkit") as relay:
+        proc = start_host_yml(inventory, log, "-e", f"container_toolkit_repo_proxy={relay.url}",
+                              "-e", "container_toolkit_apt_lock_timeout=5", "-e", "container_toolkit_apt_timeout=20")
+        relay.wait_stalled(proc, log)
+        subprocess.run(["docker", "pause", HOST], check=True, capture_output=True)
+        paused = time.monotonic()
+        try:
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                pass
+            took = time.monotonic() - paused
+            ended = proc.poll() is not None
+        finally:
+            if proc.poll() is None:
+                kill(proc)
+            subprocess.run(["docker", "unpause", HOST], check=True, capture_output=True)
+            relay.handler.release.set()
+    text = log.read_text()
+    assert ended, f"the run still waited on the frozen host after {took:.0f} s: {text[-3000:]}"
+    # The bound runs from the apt task's start, before the freeze; the rescue's message and the recap take a moment.
+    assert proc.returncode != 0 and took < 30, (took, text[-3000:])
+    assert f"fatal: [{HOST}]" in text and f"{HOST}: could not install" in text, text[-3000:]
+    assert "Step 'Install the toolkit packages with apt' did not end within 25 s" in text, text[-3000:]
+    assert "(container_toolkit_apt_lock_timeout + container_toolkit_apt_timeout)" in text, text[-3000:]
+    # apt, on its own now, fetches the rest and installs.
+    node_sh(HOST, "while pgrep -x apt-get >/dev/null; do sleep 0.5; done", timeout=300)
+
+    digest = converge(inventory, "host frozen longer than the bound during the toolkit's install")
+    assert digest == reference, diff(reference, digest)
 
 
 def test_connection_cut_and_host_frozen_in_the_middle_of_a_download(inventory, reference, tmp_path):

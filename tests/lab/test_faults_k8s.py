@@ -12,10 +12,19 @@ SIGSTOP, so that it accepts connections and answers nothing (an overloaded serve
 upgrade.yml's drain; and killed with SIGKILL during kubernetes.yml, then started again (its supervisor's part). The
 controller-manager and scheduler that lose their leader lease meanwhile exit, as on a real control plane, and are
 started again after each case.
+
+A controller killed is ansible-playbook and every one of its workers (each in a session of its own), killed with
+SIGKILL (k8sgpu_testlib.faults.kill_run). Inside the maintenance window, on a GPU host of its own (lab.sh node
+--gpu-host: Docker and containerd under systemd, the toolkit from the lab's repository, no driver), upgrade.yml is
+killed between the container toolkit's write of containerd's drop-in and its restart handler (issue 51): the resumed
+window must restart containerd (what it runs with read from containerd itself, through its CRI API) before it gives
+the Node back, and refuse to give it back while containerd runs the older configuration.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -25,8 +34,9 @@ import pytest
 from kubernetes import client
 
 from ansible_output import recap
-from conftest import GPU_NODES, LAB_STATE, ROOT, run
+from conftest import GPU_NODES, LAB_NAME, LAB_STATE, ROOT, node_sh, run
 from k8sgpu_testlib.control_plane import Component, ensure_running, wait_ready
+from k8sgpu_testlib.faults import DOCKER_LOADED, containerd_runtime_line, kill_run, marked_env
 from test_upgrade import flat
 # Fixtures (apis, lab, nodes) and helpers of test_maintenance_safety.py.
 from test_maintenance_safety import (  # noqa: F401  # pylint: disable=unused-import
@@ -50,12 +60,19 @@ RECORD = {ANNOTATION, GPUS_ANNOTATION, HOST_GPUS_ANNOTATION}
 
 
 def start_playbook(args: list[str], log, env: dict | None = None) -> subprocess.Popen:
-    """ansible-playbook ARGS in the background, in a session of its own (killed as a group), its output in log."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-           "K8SGPU_LAB_STATE": str(LAB_STATE), "PYTHONUNBUFFERED": "1", **(env or {})}
+    """ansible-playbook ARGS in the background, its output in log, its processes marked (``proc.marker``) for kill()."""
+    env, marker = marked_env({**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+                              "K8SGPU_LAB_STATE": str(LAB_STATE), "PYTHONUNBUFFERED": "1", **(env or {})})
     with log.open("w") as out:
-        return subprocess.Popen(["ansible-playbook", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(["ansible-playbook", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+    proc.marker = marker  # type: ignore[attr-defined]
+    return proc
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """The controller killed: ansible-playbook and each of its workers (SIGKILL)."""
+    kill_run(proc, proc.marker)  # type: ignore[attr-defined]
 
 
 def start(inv, *extra: str, playbook: str, log, env: dict | None = None) -> subprocess.Popen:
@@ -67,16 +84,18 @@ def end_with_the_control_plane_back(proc: subprocess.Popen, core) -> None:
     """The run killed if it still runs; every control-plane process running (started again where a case stopped it
     or it exited) and the API server ready."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        kill(proc)
     ensure_running()
     wait_ready(core)
 
 
-def wait_for_text(log, text: str, timeout: float) -> bool:
+def wait_for_text(log, text: str, timeout: float, after: str = "") -> bool:
+    """Whether ``text`` shows in log within ``timeout`` seconds (after the first ``after``, where given)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if text in log.read_text():
+        now = log.read_text()
+        start = now.find(after) if after else 0
+        if start >= 0 and text in now[start:]:
             return True
         time.sleep(0.05)
     return False
@@ -112,8 +131,7 @@ def test_controller_killed_between_cordon_and_uncordon(apis, nodes, tmp_path, pl
         time.sleep(3)
         assert proc.poll() is None, log.read_text()[-3000:]
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        kill(proc)
     unschedulable, annotations = node_state(core, target)
     assert unschedulable and RECORD <= set(annotations), annotations
 
@@ -178,6 +196,97 @@ def test_api_server_paused_between_cordon_and_uncordon(apis, nodes, tmp_path):
     assert res.returncode == 0, res.stdout[-4000:]
     unschedulable, annotations = node_state(core, target)
     assert not unschedulable and not RECORD & set(annotations), annotations
+
+
+# ---------------------------------------------------------------- killed inside the window, on a GPU host
+
+WINDOW_HOST = f"{LAB_NAME}-fault-window"
+DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+# The host's GPUs as node_maintenance and verify read them: none (no driver can load here), so the window's check
+# asks for none back; the toolkit reads the lab's PCI bus of H100s.
+NO_GPUS = "/tmp/k8sgpu-no-gpus"
+
+
+@pytest.fixture
+def window_host():
+    """A GPU host as the gpu-host image has it (Docker and containerd running, no toolkit), removed at the end."""
+    subprocess.run(["docker", "rm", "-f", "-v", WINDOW_HOST], capture_output=True, check=False)
+    cp = run(["lab/lab.sh", "node", "--gpu-host", WINDOW_HOST, "bookworm"], timeout=300)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    node_sh(WINDOW_HOST, f"mkdir -p {NO_GPUS}/bus/pci/devices")
+    try:
+        yield WINDOW_HOST
+    finally:
+        subprocess.run(["docker", "rm", "-f", "-v", WINDOW_HOST], capture_output=True, check=False)
+
+
+def window_inventory(tmp_path, node: str):
+    (tmp_path / "group_vars").symlink_to(ROOT / "inventories/lab/group_vars")
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"children": {
+        "gpu_nodes": {"hosts": {WINDOW_HOST: {
+            "k8sgpu_node_name": node, "ansible_connection": "community.docker.docker",
+            "ansible_python_interpreter": "/usr/bin/python3", "driver_sysfs_root": NO_GPUS}}},
+        "k8s_control_plane": {"hosts": {"localhost": {
+            "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
+    }}}))
+    return tmp_path / "hosts.yml"
+
+
+def test_controller_killed_in_the_window_between_containerds_drop_in_and_its_restart(apis, nodes, window_host,
+                                                                                    tmp_path):
+    """upgrade.yml (the toolkit only) on a fresh GPU host: the window cordons its Node and the toolkit writes
+    daemon.json and containerd's drop-in; the controller dies there, before the restart handler. A resumed window
+    with restarts off (container_toolkit_restart=false) fails at the check, naming the host, containerd.service, the
+    drop-in and the fix, and the Node stays cordoned; a plain re-run restarts Docker and containerd and gives the
+    Node back with both on the nvidia runtime (as they say themselves); once more changes nothing. Today's code gave
+    the Node back at once, containerd on runc."""
+    core = apis[0]
+    target = nodes("fault-window")
+    inv = window_inventory(tmp_path, target)
+    settings = ("-e", "k8sgpu_install_driver=false", "-e", "k8sgpu_max_unavailable=2")
+    assert containerd_runtime_line(WINDOW_HOST).startswith("default=runc "), containerd_runtime_line(WINDOW_HOST)
+
+    log = tmp_path / "killed.log"
+    proc = start_playbook(["-i", str(inv), "playbooks/upgrade.yml", *settings], log)
+    try:
+        # The window's own pass of the toolkit (its plan ran the same tasks in check mode before the drain): the
+        # banner of the task after the drop-in's.
+        reached = wait_for_text(log, "TASK [k8sgpu.nvidia.container_toolkit : Set GPU isolation in the NVIDIA runtime's",
+                                timeout=300, after="TASK [Step - container toolkit]")
+    finally:
+        kill(proc)
+    text = log.read_text()
+    assert reached, text[-3000:]
+    unschedulable, annotations = node_state(core, target)
+    assert unschedulable and RECORD <= set(annotations), annotations
+    assert "nvidia" in node_sh(WINDOW_HOST, f"cat {DROP_IN}")
+    assert containerd_runtime_line(WINDOW_HOST).startswith("default=runc "), containerd_runtime_line(WINDOW_HOST)
+
+    def window(*extra: str) -> subprocess.CompletedProcess:
+        return run(["ansible-playbook", "-i", str(inv), "playbooks/upgrade.yml", *settings, *extra],
+                   env_extra={"K8SGPU_LAB_STATE": str(LAB_STATE)})
+
+    held = window("-e", "container_toolkit_restart=false")
+    out = flat(held.stdout)
+    assert held.returncode != 0, out[-3000:]
+    assert f"{WINDOW_HOST} (Node {target}): step 'check the host (driver, vectorAdd on each GPU)' failed" in out, \
+        out[-3000:]
+    assert re.search(rf"containerd\.service \(started [^)]+\) runs an older configuration than [^;]*{DROP_IN}", out), \
+        out[-3000:]
+    assert "The Node stays cordoned" in out and "container_toolkit_restart: true" in out, out[-3000:]
+    assert node_state(core, target)[0] is True
+    assert containerd_runtime_line(WINDOW_HOST).startswith("default=runc ")
+
+    res = window()
+    assert res.returncode == 0, flat(res.stdout)[-4000:]
+    unschedulable, annotations = node_state(core, target)
+    assert not unschedulable and not RECORD & set(annotations), annotations
+    assert containerd_runtime_line(WINDOW_HOST).startswith("default=nvidia "), containerd_runtime_line(WINDOW_HOST)
+    assert node_sh(WINDOW_HOST, DOCKER_LOADED).startswith("nvidia "), node_sh(WINDOW_HOST, DOCKER_LOADED)
+    again = window()
+    assert again.returncode == 0 and recap(again.stdout).get(WINDOW_HOST, {}).get("changed") == 0, \
+        flat(again.stdout)[-3000:]
+    assert node_state(core, target)[0] is False
 
 
 # ---------------------------------------------------------------- kube-apiserver killed during kubernetes.yml
