@@ -1465,6 +1465,8 @@ FREE_TEXT = {
     "container_toolkit_cdi_spec": "auto, or what the toolkit's CDI generation takes",
     "gpu_autoscaling_target_value": "a Kubernetes quantity (rule gpu_target; rendered with to_json)",
     "karpenter_gpu_node_class": "another node class's group, kind and name (rule node_class_ref; rendered with to_json)",
+    "driver_secure_boot_key": "a host path or a pkcs11: URI for the kernel's sign-file (a key, not a label key); "
+                              "driver_module_signing refuses a path DKMS would read wrongly as shell",
 }
 FREE_TEXT.update({
     "gpu_alerts_severity_critical": "the severity label of the critical alerts, any text (rendered by to_nice_yaml)",
@@ -1522,6 +1524,11 @@ CHECKED_BY = {
     "dcgm_exporter_extra_counters": "the filter dcgm_counters_csv (field names and types), before any change",
     "gpu_alerts_job": "the filter gpu_alert_rules (a Prometheus label value), before any change",
     "node_maintenance_max_unavailable": "the filter maintenance_settings (a count or a percentage)",
+    # The module refuses a path DKMS would read wrongly as shell, a certificate that is not X.509, a key of another
+    # certificate, before it writes anything.
+    "driver_secure_boot_key_content": "the module driver_module_signing (a private key of the certificate)",
+    "driver_secure_boot_certificate": "the module driver_module_signing (an absolute plain path)",
+    "driver_secure_boot_certificate_content": "the module driver_module_signing (an X.509 certificate)",
 } | {"gpu_alerts_%s_for" % n: "the filter gpu_alert_rules (a Prometheus duration), before any change"
      for n in ("target_down", "xid", "gpu_temp", "memory_temp", "ecc_dbe", "row_remap", "framebuffer", "gpu_count")}
 
