@@ -83,7 +83,7 @@ _value:
       C(driver_loaded), C(arch), C(packages), C(read) (C(names), C(versions)), C(install) (C(needed), C(names),
       C(allow_change_held), C(reason)), C(hold) (C(packages), C(needed), C(reason)), C(config) (C(settings),
       C(isolation), C(unsafe_keys)), C(cdi) (C(wanted), C(skip_reason)), C(restart), C(not_restarted), C(stale) (per
-      runtime running an older configuration than its files: C(unit), C(files), C(started)), C(restart_stale) (those
+      runtime running an older configuration than its files, with C(unit), C(files), C(started)), C(restart_stale) (those
       of C(restart) restarted only for that), C(pending) (a line per
       runtime left on an older configuration than its files by this run, naming the unit and the files; in check
       mode, the stale ones), C(gpu_check) (C(run), C(probe_dockerd), C(skip_reason)).

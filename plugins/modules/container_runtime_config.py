@@ -29,7 +29,7 @@ description:
     change.
   - This module does B(not) restart the runtime. Notify a handler that restarts it and restores RV(files[].backup_file)
     (or removes a file RV(files[].created) by the task) if the restart fails, as the examples show.
-  - With O(unit), it also says whether the running daemon has read both files as they are (RV(loaded)): a run
+  - With O(unit), it also says whether the running daemon has read both files as they are (RV(loaded)); a run
     stopped between the write and the restart leaves the runtime on the older content, and the next run finds the
     files right.
 author:

@@ -29,7 +29,7 @@ description:
     keep their position and new keys are appended.
   - This module does B(not) restart Docker, which reads C(daemon.json) only when it starts. Notify a handler that
     restarts it, and restore RV(backup_file) if the restart fails, as the examples show.
-  - With O(unit), it also says whether the running daemon has read the file as it is (RV(loaded)): a run stopped
+  - With O(unit), it also says whether the running daemon has read the file as it is (RV(loaded)); a run stopped
     between the write and the restart leaves Docker on the older content, and the next run finds the file right.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)

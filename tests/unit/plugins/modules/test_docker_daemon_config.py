@@ -363,3 +363,32 @@ class TestParse:
     def test_not_utf8(self):
         with pytest.raises(DaemonJsonError, match="/x is not UTF-8"):
             parse_config(b'{"a": "\xff"}', "/x")
+
+
+def fake_systemctl(tmp_path: Path, monkeypatch, started_ago: float) -> None:
+    """A systemctl on PATH whose `show` says the unit's daemon started ``started_ago`` seconds ago (monotonic)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "systemctl"
+    script.write_text(
+        "#!/usr/bin/env python3\nimport time\n"
+        "print('LoadState=loaded'); print('ActiveState=active'); print('MainPID=4242')\n"
+        f"print('ExecMainStartTimestampMonotonic=%d' % int((time.monotonic() - {started_ago}) * 1e6))\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_unit_says_whether_dockerd_runs_the_file_as_it_is(module_io, tmp_path, monkeypatch):
+    """A run stopped between the write and the restart: the file is right (no change), dockerd predates it."""
+    path = tmp_path / "daemon.json"
+    path.write_text(dump_config({"runtimes": {"nvidia": NVIDIA}, "default-runtime": "nvidia"}))
+    fake_systemctl(tmp_path, monkeypatch, started_ago=100)
+    result = run_main({"path": str(path), "unit": "docker.service", **ADD_NVIDIA})
+    assert result["changed"] is False
+    assert result["loaded"]["stale"] is True and result["loaded"]["newer"] == [str(path)]
+    assert result["loaded"]["state"] == "active" and result["loaded"]["unit"] == "docker.service"
+    # The file older than the daemon: loaded.
+    os.utime(path, (os.stat(path).st_atime, os.stat(path).st_mtime - 200))
+    assert run_main({"path": str(path), "unit": "docker.service", **ADD_NVIDIA})["loaded"]["stale"] is False
+    # Without unit, nothing is read.
+    assert "loaded" not in run_main({"path": str(path), **ADD_NVIDIA})
