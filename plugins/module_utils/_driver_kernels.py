@@ -403,6 +403,27 @@ def reboot_decision(host: str, kernels: Mapping[str, Mapping], boot: Mapping, br
     return result
 
 
+def stale_initramfs(root: Any, kernels: Iterable[str], configs: Iterable[str]) -> list[str]:
+    """The kernels whose initramfs (/boot/initrd.img-<release>) is older than the newest of ``configs`` (files the
+    initramfs holds, e.g. the nouveau blacklist): a run stopped between writing one and its initramfs rebuild left
+    them so, and the host would boot the old settings. Kernels without an initramfs and absent configs count not."""
+    root = Path(root)
+    newest_config = 0.0
+    for config in configs:
+        try:
+            newest_config = max(newest_config, _under(root, config).stat().st_mtime)
+        except OSError:
+            continue
+    stale = []
+    for release in kernels:
+        try:
+            if _under(root, f"/boot/initrd.img-{release}").stat().st_mtime < newest_config:
+                stale.append(release)
+        except OSError:
+            continue
+    return stale
+
+
 def read_kernels(root: Any = "/", running: str = "", branch: str = "", host: str = "",
                  dkms_status: str | None = None) -> dict:
     """Everything above for one tree: ``kernels`` (kernel_status), ``branch`` (given, else inferred), ``boot``

@@ -54,6 +54,24 @@ options:
     description: The inventory host name, for the messages.
     type: str
     default: ""
+  initramfs_configs:
+    description: Files the initramfs holds (the driver role's nouveau blacklist); a kernel whose
+      C(/boot/initrd.img-<release>) is older than the newest of them is listed in RV(initramfs_stale).
+    type: list
+    elements: path
+    default: []
+    version_added: 1.2.0
+  efi_root:
+    description:
+      - Where the EFI variables are read for Secure Boot (C(<efi_root>/efivars), C(<efi_root>/mok-variables)); for
+        tests, a tree of one's own. With Secure Boot enabled, every NVIDIA module of the kernels a reboot may come
+        up in must be signed by an enrolled key (the firmware's C(db), shim's C(MokListRT); C(modinfo)'s C(signer)
+        and C(sig_key) against the certificates' issuer and serial), else RV(reboot.allowed) is false and
+        RV(reboot.reason) names the host, the kernel, the module and the fix (C(mokutil --import)). C(modinfo) runs
+        only then.
+    type: path
+    default: /sys/firmware/efi
+    version_added: 1.2.0
 notes:
   - A host never boots the kernel it was checked for in a container; there only the build and the files are proven.
 seealso:
@@ -134,6 +152,26 @@ would_build:
   returned: always
   type: list
   elements: str
+secure_boot:
+  description: The firmware's Secure Boot state from the EFI variables under O(efi_root) - C(state) (V(enabled),
+    V(disabled), V(setup_mode), V(unknown), V(not_efi)), C(enforcing), C(pending_enrolment) (shim's C(MokNew) - an
+    import waits for the console), C(sources) (the key lists read), and where enforcing, C(modules_trusted).
+  returned: always
+  type: dict
+  version_added: 1.2.0
+initramfs_stale:
+  description: The kernels whose initramfs is older than a file of O(initramfs_configs) (file modification times) -
+    a run stopped between the write and the initramfs rebuild left them so; the driver role rebuilds them.
+  returned: always
+  type: list
+  elements: str
+  version_added: 1.2.0
+signing_drop_in:
+  description: The driver role's DKMS signing drop-in (C(/etc/dkms/framework.conf.d/90-k8sgpu-nvidia-signing.conf))
+    exists, so that a role with signing turned off knows to remove it.
+  returned: always
+  type: bool
+  version_added: 1.2.0
 build_failures:
   description: Per kernel whose build failed, the end of DKMS's output.
   returned: always
@@ -149,7 +187,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import read_kernels
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _secure_boot
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import read_kernels, stale_initramfs
 
 
 def _summary(kernels: dict, boot: dict) -> list[str]:
@@ -165,6 +204,8 @@ def main() -> None:
             "branch": {"type": "str", "default": ""},
             "build": {"type": "bool", "default": False},
             "host": {"type": "str", "default": ""},
+            "efi_root": {"type": "path", "default": "/sys/firmware/efi"},
+            "initramfs_configs": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
@@ -190,6 +231,11 @@ def main() -> None:
             for release in to_build:
                 if release not in built and release not in failures:
                     failures[release] = "dkms autoinstall ended without installing an NVIDIA module"
+
+    def modinfo(paths: list) -> str:
+        return module.run_command([module.get_bin_path("modinfo", required=True)] + paths)[1]
+    _secure_boot.kernels_reboot(p["host"], root, read, p["efi_root"], modinfo)
+    signing_drop_in = os.path.isfile(os.path.join(root, _secure_boot.DKMS_DROP_IN.lstrip("/")))
     for release, info in read["kernels"].items():
         if not info["ok"] and release not in failures and (info["image"] or info["running"]):
             module.warn(f"{p['host'] or 'this host'}: kernel {release}: {info['detail']} (fix: {info['fix']})")
@@ -197,6 +243,8 @@ def main() -> None:
         module.warn(f"{p['host'] or 'this host'}: building the NVIDIA module for kernel {release} failed: "
                     f"{text[-400:]}")
     module.exit_json(changed=bool(built) or bool(would), built=built, would_build=would, build_failures=failures,
+                     signing_drop_in=signing_drop_in,
+                     initramfs_stale=stale_initramfs(root, read["kernels"], p["initramfs_configs"]),
                      summary=_summary(read["kernels"], read["boot"]), **read)
 
 

@@ -321,3 +321,20 @@ def test_module_reports_a_kernel_without_headers(tmp_path, module_io, monkeypatc
     assert res["reboot"]["allowed"] is False and f"linux-headers-{NEW}" in res["reboot"]["reason"]
     assert any(NEW in w and "no headers" in w for w in module_io), module_io
     assert f"{NEW}: no_headers - " in "\n".join(res["summary"])
+
+
+def test_stale_initramfs_older_than_the_blacklist(tmp_path):
+    """A run stopped between the blacklist's write and update-initramfs: that kernel's initramfs is older."""
+    import os as _os
+    from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import stale_initramfs
+    (tmp_path / "boot").mkdir()
+    (tmp_path / "etc/modprobe.d").mkdir(parents=True)
+    old, new = tmp_path / "boot/initrd.img-6.1.0-40-amd64", tmp_path / "boot/initrd.img-6.1.0-44-amd64"
+    conf = tmp_path / "etc/modprobe.d/blacklist-nouveau.conf"
+    for path, when in ((old, 1000), (conf, 2000), (new, 3000)):
+        path.write_text("x")
+        _os.utime(path, (when, when))
+    kernels = ["6.1.0-40-amd64", "6.1.0-44-amd64", "6.1.0-50-amd64"]  # the last without an initramfs
+    assert stale_initramfs(tmp_path, kernels, ["/etc/modprobe.d/blacklist-nouveau.conf"]) == ["6.1.0-40-amd64"]
+    assert stale_initramfs(tmp_path, kernels, ["/etc/modprobe.d/absent.conf"]) == []
+    assert stale_initramfs(tmp_path, kernels, []) == []
