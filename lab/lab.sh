@@ -11,7 +11,8 @@
 #   lab/lab.sh node --gpu-host NAME SUITE [IMAGE] [-- DOCKER-RUN-ARGS]  one
 #                      more GPU host as the lab's are (gpu-host image or IMAGE,
 #                      the PCI bus of eight H100s, ccache), with further
-#                      `docker run` arguments
+#                      `docker run` arguments; --nvswitch (after --gpu-host)
+#                      adds the four NVSwitches of an HGX H100 to that bus
 #   lab/lab.sh reset   the GPU node containers started again from their image:
 #                      what earlier runs installed on them (the driver, the
 #                      toolkit) is gone; their kwok Nodes are left as they are
@@ -259,22 +260,34 @@ build_gpu_host_image() {
 # the GPU machine's sysfs shows it, tests/unit/fixtures/h100) at a DGX H100's
 # bus addresses, and the host bridge. One read-only tree for all GPU hosts.
 GPU_SYSFS_BUSES="18 2a 3a 5d 9a ab ba db"
+# An HGX H100's four NVSwitches (LS10, device 0x22a3 "GH100 [H100 NVSwitch]", class 0x068000: plugins/module_utils/
+# _nvswitch.py has the ids and their sources) at the buses of a DGX H100, for `lab.sh node --gpu-host --nvswitch`.
+NVSWITCH_SYSFS_BUSES="05 06 07 08"
+# write_gpu_sysfs [nvswitch]: the tree under $LAB_STATE/gpu-sysfs (gpu-sysfs-nvswitch with the NVSwitches).
+gpu_sysfs_dir() { if [ "${1:-}" = nvswitch ]; then echo "$LAB_STATE/gpu-sysfs-nvswitch/devices"; else echo "$LAB_STATE/gpu-sysfs/devices"; fi; }
 write_gpu_sysfs() {
-  local root="$LAB_STATE/gpu-sysfs/devices" bus dev
+  local root bus dev
+  root=$(gpu_sysfs_dir "${1:-}")
   [ -f "$root/.complete" ] && return
   rm -rf "$root"; mkdir -p "$root"
   for bus in $GPU_SYSFS_BUSES; do
     dev="$root/0000:$bus:00.0"; mkdir -p "$dev"
     echo 0x10de >"$dev/vendor"; echo 0x2330 >"$dev/device"; echo 0x030200 >"$dev/class"
   done
+  if [ "${1:-}" = nvswitch ]; then
+    for bus in $NVSWITCH_SYSFS_BUSES; do
+      dev="$root/0000:$bus:00.0"; mkdir -p "$dev"
+      echo 0x10de >"$dev/vendor"; echo 0x22a3 >"$dev/device"; echo 0x068000 >"$dev/class"
+    done
+  fi
   dev="$root/0000:00:00.0"; mkdir -p "$dev"
   echo 0x8086 >"$dev/vendor"; echo 0x09a2 >"$dev/device"; echo 0x060000 >"$dev/class"
   : >"$root/.complete"
 }
-# start_node_container's arguments for a GPU host (after write_gpu_sysfs), added to NODE_RUN_ARGS.
+# start_node_container's arguments for a GPU host (after write_gpu_sysfs [nvswitch]), added to NODE_RUN_ARGS.
 add_gpu_host_run_args() {
   mkdir -p "$DKMS_CCACHE_DIR"
-  NODE_RUN_ARGS+=(-v "$LAB_STATE/gpu-sysfs/devices:/sys/bus/pci/devices:ro" --label "k8sgpu.lab.gpu-host=$GPU_HOST_RECIPE"
+  NODE_RUN_ARGS+=(-v "$(gpu_sysfs_dir "${1:-}"):/sys/bus/pci/devices:ro" --label "k8sgpu.lab.gpu-host=$GPU_HOST_RECIPE${1:+-$1}"
     "${DKMS_CCACHE_RUN_ARGS[@]}")
 }
 
@@ -579,18 +592,19 @@ cmd_status() {
 # passes its starting image). The lab must be up; 'lab.sh down' removes it
 # with the others.
 cmd_node() {
-  local gpu_host=false args=() extra=()
+  local gpu_host=false nvswitch="" args=() extra=()
   if [ "${1:-}" = --gpu-host ]; then gpu_host=true; shift; fi
+  if $gpu_host && [ "${1:-}" = --nvswitch ]; then nvswitch=nvswitch; shift; fi
   while [ $# -gt 0 ]; do
     if [ "$1" = -- ]; then shift; extra=("$@"); break; fi
     args+=("$1"); shift
   done
   set -- "${args[@]}"
   { [ $# -eq 2 ] || [ $# -eq 3 ]; } \
-    || { echo "usage: $0 node [--gpu-host] NAME bookworm|trixie [IMAGE] [-- DOCKER-RUN-ARGS]" >&2; exit 2; }
+    || { echo "usage: $0 node [--gpu-host [--nvswitch]] NAME bookworm|trixie [IMAGE] [-- DOCKER-RUN-ARGS]" >&2; exit 2; }
   local image="${3:-$(image_tag "$2")}"
   NODE_RUN_ARGS=()
-  if $gpu_host; then image="${3:-$(gpu_host_tag "$2")}"; write_gpu_sysfs; add_gpu_host_run_args; fi
+  if $gpu_host; then image="${3:-$(gpu_host_tag "$2")}"; write_gpu_sysfs $nvswitch; add_gpu_host_run_args $nvswitch; fi
   NODE_RUN_ARGS+=("${extra[@]}")
   docker image inspect "$image" >/dev/null 2>&1 || die "no image $image: run lab/lab.sh up first"
   docker network inspect "$NETWORK" >/dev/null 2>&1 || die "no network $NETWORK: run lab/lab.sh up first"

@@ -23,6 +23,10 @@ KARPENTER_VERSION="${KARPENTER_VERSION:-v1.14.1}"
 NVIDIA_CTK_VERSION="${NVIDIA_CTK_VERSION:-v1.20.1}"
 # Bump when lab/build-toolkit-repo.sh packages differently.
 TOOLKIT_RECIPE=1
+# The NVIDIA-like driver repository of lab/build-nvidia-driver-repo.sh: its packages stand on Debian 12's driver of
+# this version (bookworm's nvidia-driver). Bump the recipe when that script packages differently.
+NVIDIA_LAB_DRIVER_VERSION="${NVIDIA_LAB_DRIVER_VERSION:-535.261.03}"
+NVIDIA_DRIVER_REPO_RECIPE=2
 
 LAB_NAME="${K8SGPU_LAB_NAME:-k8sgpu-lab}"
 
@@ -57,6 +61,7 @@ need_space() {
 k8s_bin_dir() { echo "$K8SGPU_CACHE/bin/kubernetes-$K8S_VERSION"; }
 etcd_bin_dir() { echo "$K8SGPU_CACHE/bin/etcd-$ETCD_VERSION"; }
 toolkit_repo_dir() { echo "$K8SGPU_CACHE/mirror/toolkit-$NVIDIA_CTK_VERSION-$TOOLKIT_RECIPE"; }
+nvidia_driver_repo_dir() { echo "$K8SGPU_CACHE/mirror/nvidia-driver-$NVIDIA_LAB_DRIVER_VERSION-$NVIDIA_DRIVER_REPO_RECIPE"; }
 kwok_bin_dir() { echo "$K8SGPU_CACHE/bin/kwok-$KWOK_VERSION"; }
 prometheus_bin_dir() { echo "$K8SGPU_CACHE/bin/prometheus-$PROMETHEUS_VERSION"; }
 adapter_bin_dir() { echo "$K8SGPU_CACHE/bin/prometheus-adapter-$PROMETHEUS_ADAPTER_VERSION"; }

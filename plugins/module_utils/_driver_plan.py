@@ -39,8 +39,11 @@ FIRST_TURING_COMPUTE_CAPABILITY = (7, 5)
 # Packages whose installation tells the flavour: Debian's DKMS packages (of the
 # suite's own driver, and of its Tesla branches: nvidia-tesla-<branch>-kernel-dkms)
 # and Ubuntu's nvidia-driver-<branch>[-server][-open] metapackages.
-_OPEN_PACKAGE = re.compile(r"^(nvidia-(tesla-\d+-)?open-kernel-dkms|nvidia-driver-\d+(-server)?-open)$")
-_PROPRIETARY_PACKAGE = re.compile(r"^(nvidia-(tesla-\d+-)?kernel-dkms|nvidia-driver-\d+(-server)?)$")
+# NVIDIA's repository (driver_source=nvidia): its metapackages nvidia-open[-<branch>] and cuda-drivers[-<branch>],
+# and its own name of the open DKMS package, nvidia-kernel-open-dkms.
+_OPEN_PACKAGE = re.compile(r"^(nvidia-(tesla-\d+-)?open-kernel-dkms|nvidia-driver-\d+(-server)?-open|nvidia-open(-\d+)?|"
+                           r"nvidia-kernel-open-dkms)$")
+_PROPRIETARY_PACKAGE = re.compile(r"^(nvidia-(tesla-\d+-)?kernel-dkms|nvidia-driver-\d+(-server)?|cuda-drivers(-\d+)?)$")
 _BRANCH = re.compile(r"^(?:\d+:)?(\d+)\.")
 
 
@@ -219,6 +222,87 @@ def other_branch_unfinished(unfinished: Mapping, branch: str, keep: Any = ()) ->
     return found
 
 
+# NVIDIA's CUDA network repository (driver_source=nvidia), as NVIDIA's Driver Installation Guide sets it up
+# (docs.nvidia.com/datacenter/tesla/driver-installation-guide/: "Network Repository Installation" of the Debian and
+# Ubuntu sections): https://developer.download.nvidia.com/compute/cuda/repos/<distro>/x86_64/, a flat repository
+# ("Suites: /"), signed with the key the guide's cuda-keyring package installs. The key file of each directory and its
+# fingerprint: 3bf863cc.pub, EB69 3B30 35CD 5710 E231 E123 A4B4 6996 3BF8 63CC ("cudatools <cudatools@nvidia.com>",
+# the key of the guide's cuda-keyring 1.1, key id A4B469963BF863CC as NVIDIA's cuda-repo-management SIGNATURES.md
+# shows it); Debian 13's directory is signed with a newer key, 8793F200.pub,
+# 0218 2E60 104F CDC2 6EAE 1B85 97A5 D4CB 8793 F200 (Debian 13's apt refuses the SHA-1 self-signature of the older
+# key). Read from public copies of those files (no NVIDIA server is reachable from the lab): a site checks them
+# against its own copy and sets driver_nvidia_repo_key_fingerprint where they differ.
+NVIDIA_REPOSITORIES = {("Debian", "12"): "debian12", ("Debian", "13"): "debian13",
+                       ("Ubuntu", "22.04"): "ubuntu2204", ("Ubuntu", "24.04"): "ubuntu2404"}
+NVIDIA_REPOSITORY_ARCH = {"x86_64": "x86_64"}
+NVIDIA_KEYS = {"debian13": ("8793F200.pub", "02182E60104FCDC26EAE1B8597A5D4CB8793F200")}
+NVIDIA_KEY_DEFAULT = ("3bf863cc.pub", "EB693B3035CD5710E231E123A4B469963BF863CC")
+# Ubuntu's packages of NVIDIA's repository carry the branch in their names up to 580 (nvidia-open-580,
+# cuda-drivers-580, nvidia-fabricmanager-580); from 590 they do not (the guide's "Ubuntu 590 and later packages").
+# Debian's never do: the branch is pinned by version (apt preferences, the guide's "Version locking").
+UBUNTU_UNBRANCHED_FROM = 590
+
+
+def nvidia_repository(facts: Mapping) -> dict | None:
+    """NVIDIA's repository directory for the host (``name``, ``arch``, ``key_file``, ``fingerprint``), or None where
+    NVIDIA has none the role supports (another distribution, release or architecture)."""
+    name = NVIDIA_REPOSITORIES.get((as_text(facts.get("distribution")), as_text(
+        facts.get("distribution_major_version") if facts.get("distribution") == "Debian"
+        else facts.get("distribution_version"))))
+    arch = NVIDIA_REPOSITORY_ARCH.get(as_text(facts.get("architecture")))
+    if not name or not arch:
+        return None
+    key_file, fingerprint = NVIDIA_KEYS.get(name, NVIDIA_KEY_DEFAULT)
+    return {"name": name, "arch": arch, "key_file": key_file, "fingerprint": fingerprint}
+
+
+def _branched(distribution: str, branch: str) -> bool:
+    """Whether NVIDIA's package names carry the branch (Ubuntu before 590)."""
+    return distribution == "Ubuntu" and branch.isdigit() and int(branch) < UBUNTU_UNBRANCHED_FROM
+
+
+def nvidia_packages(distribution: str, branch: str, flavour: str | None) -> list[str]:
+    """NVIDIA's repository: the guide's metapackage of the flavour (nvidia-open for the open kernel modules,
+    cuda-drivers for the proprietary ones; Ubuntu before 590 with -<branch>) and, on Debian, gcc (as for Debian's)."""
+    suffix = f"-{branch}" if _branched(distribution, branch) else ""
+    meta = f"nvidia-open{suffix}" if flavour == "open" else f"cuda-drivers{suffix}"
+    return [meta, "gcc"] if distribution == "Debian" else [meta]
+
+
+def fabric_manager_package(distribution: str, branch: str) -> str:
+    """nvidia-fabricmanager (Ubuntu before 590: nvidia-fabricmanager-<branch>), from NVIDIA's repository."""
+    return f"nvidia-fabricmanager-{branch}" if _branched(distribution, branch) else "nvidia-fabricmanager"
+
+
+def upstream_version(version: Any) -> str:
+    """The driver's own version of a package version: 1:535.261.03-1~deb12u1 -> 535.261.03."""
+    text = as_text(version)
+    text = text.split(":", 1)[1] if re.match(r"^\d+:", text) else text
+    return text.rsplit("-", 1)[0] if "-" in text else text
+
+
+def source_error(facts: Mapping, settings: Mapping, host: str, has_gpu: bool) -> str:
+    """Why driver_source cannot work on this host (before anything is touched), or ""."""
+    source = as_text(settings.get("driver_source") or "distribution")
+    switches = [s for s in facts.get("nvidia_nvswitches") or [] if isinstance(s, Mapping)]
+    if source == "nvidia":
+        if nvidia_repository(facts) is None:
+            return (f"{host}: driver_source=nvidia supports NVIDIA's repositories for Debian 12 and 13 and Ubuntu "
+                    f"22.04 and 24.04 on x86_64; this host runs {facts.get('distribution')} "
+                    f"{facts.get('distribution_version')} on {facts.get('architecture')}. Set driver_source="
+                    "distribution for it.")
+        if not as_text(settings.get("driver_branch")):
+            return (f"{host}: driver_source=nvidia needs driver_branch (for example \"580\"): NVIDIA's repository has "
+                    "every branch, and the role pins the one asked for.")
+        return ""
+    if switches and has_gpu:
+        found = ", ".join(f"{s.get('pci_bus_id')} ({s.get('generation') or s.get('device_id')})" for s in switches)
+        return (f"{host}: {len(switches)} NVSwitch(es) on the PCI bus ({found}): the GPUs of an NVSwitch system run "
+                "no CUDA work until nvidia-fabricmanager of exactly the driver's version registers them, and only "
+                "NVIDIA's repository has it. Set driver_source=nvidia and driver_branch for this host.")
+    return ""
+
+
 SETTINGS = ("driver_branch", "driver_version", "driver_kernel_modules", "driver_ubuntu_server", "driver_hold",
             "driver_no_gpu", "driver_blacklist_nouveau", "driver_persistenced", "driver_reboot",
             "driver_reboot_boot_time_command")
@@ -299,7 +383,8 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
     branch = as_text(settings["driver_branch"])
     version = as_text(settings["driver_version"])
     no_gpu = settings["driver_no_gpu"]
-    prefix = debian_prefix(facts, branch) if distribution == "Debian" else "nvidia-"
+    nvidia = as_text(settings.get("driver_source") or "distribution") == "nvidia"
+    prefix = debian_prefix(facts, branch) if distribution == "Debian" and not nvidia else "nvidia-"
     open_packaged = distribution != "Debian" or prefix == "nvidia-"
 
     kernel = driver_kernel_modules(dict(facts), settings["driver_kernel_modules"],
@@ -319,8 +404,13 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
         status, detail = "pending", ("" if has_gpu else "no NVIDIA GPU in sysfs")
     flavour = kernel["flavour"] if not skipped_no_gpu else None
 
-    candidates = _candidates(distribution, prefix, branch)
-    versioned = [name for name in candidates if _VERSIONED.match(name)]
+    if nvidia:
+        candidates = list(dict.fromkeys(nvidia_packages(distribution, branch, "open")
+                                        + nvidia_packages(distribution, branch, "proprietary")))
+        versioned = [name for name in candidates if name != "gcc"]
+    else:
+        candidates = _candidates(distribution, prefix, branch)
+        versioned = [name for name in candidates if _VERSIONED.match(name)]
     version_wanted = version or branch
     versions = {name: version_wanted for name in versioned} if version_wanted else {}
     header_package, header_detail = _headers(facts, headers_available)
@@ -332,10 +422,17 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
     header_metas = [name for name in headers_metapackages(
         distribution, as_text(facts.get("distribution_version")), as_text(facts.get("architecture")),
         (packages or {}).get("packages")) if kernel_metas and name != header_package]
-    driver_packages = _packages(distribution, prefix, branch, flavour, as_bool(settings["driver_ubuntu_server"]))
+    driver_packages = (nvidia_packages(distribution, branch, flavour) if nvidia else
+                       _packages(distribution, prefix, branch, flavour, as_bool(settings["driver_ubuntu_server"])))
     wanted = driver_packages + [header_package] + header_metas
     pin = f"={version_wanted}*" if version_wanted else ""
-    hold = [name for name in driver_packages if name.startswith("nvidia")] if as_bool(settings["driver_hold"]) else []
+    hold = [name for name in driver_packages if name.startswith(("nvidia", "cuda-drivers"))] if as_bool(
+        settings["driver_hold"]) else []
+    # NVSwitch systems: nvidia-fabricmanager of exactly the driver's version, installed after the driver (filter
+    # driver_fabric_manager), held with it; a distribution source was refused above (source_error).
+    switches = facts.get("nvidia_nvswitches") or []
+    fabric = {"needed": bool(switches) and nvidia and has_gpu and not skipped_no_gpu,
+              "package": fabric_manager_package(distribution, branch), "nvswitches": len(switches)}
 
     ready = set((packages or {}).get("ready") or [])
     held = set((packages or {}).get("held") or [])
@@ -360,16 +457,22 @@ def driver_plan(facts: Any, settings: Any, packages: Any = None, headers_availab
     finish = install_needed and (bool(left) or bool((packages or {}).get("interrupted")))
 
     result_detail = header_detail if header_detail and packages is not None else detail
+    repository = nvidia_repository(facts) if nvidia else None
     return {
         "status": status,
-        "skip": satisfied or skipped_no_gpu,
+        # A loaded driver is kept; on an NVSwitch host the steps still run (reads, no apt) for the fabric manager.
+        "skip": (satisfied and not fabric["needed"]) or skipped_no_gpu,
         "has_gpu": has_gpu,
-        "error": kernel["error"],
+        "error": ("" if skipped_no_gpu else source_error(facts, settings, host, has_gpu)) or kernel["error"],
+        "source": "nvidia" if nvidia else "distribution",
+        "repository": repository,
+        "fabric_manager": fabric,
         "kernel_modules": kernel,
         "open_packaged": open_packaged,
         # The packages to read: both flavours and the headers, with the version they must have.
         "read": {"names": candidates + [header_package] + [n for n in kernel_metas if n != header_package]
-                 + [n for n in kernel_metas.values() if n != header_package], "versions": versions},
+                 + [n for n in kernel_metas.values() if n != header_package]
+                 + ([fabric["package"]] if fabric["needed"] else []), "versions": versions},
         "packages": wanted,
         "driver_package": driver_packages[0],
         "version_wanted": version_wanted,
@@ -436,6 +539,10 @@ def driver_outcome(plan: Any, facts: Any, installed_version: Any = "", boot: Any
         result["status"] = "would_install"
         return result
     version = as_text(installed_version)
+    if plan["status"] == "already_loaded" and not plan["install"]["needed"]:
+        # An NVSwitch host's steps ran for its fabric manager: the driver was kept.
+        result["version"] = version
+        return result
     boot = boot or {}
     loaded_now = bool(facts.get("nvidia_driver_loaded")) and version.startswith(
         as_text(facts.get("nvidia_driver_version")) or "-") and (
@@ -451,3 +558,61 @@ def driver_outcome(plan: Any, facts: Any, installed_version: Any = "", boot: Any
             d for d in (result["detail"], as_text(boot.get("detail"))) if d),
     )
     return result
+
+
+def fabric_manager_step(plan: Any, packages: Any, installed_version: Any = "", check_mode: Any = False,
+                        hold: Any = True) -> dict:
+    """nvidia-fabricmanager on an NVSwitch host, after the driver's install: of exactly the driver's version.
+
+    ``plan`` is driver_plan's result; ``packages`` the dpkg_packages read before the install (it holds the fabric
+    manager's package); ``installed_version`` the driver package's version now (empty in check mode before the
+    install: then the version asked for). Returns ``install`` (apt must run: missing, or of another version than the
+    driver), ``name`` (apt's name=version), ``version`` (the driver's own version, e.g. 580.95.05), ``pin`` (the
+    version of its apt preferences record: apt takes the first record that matches, so without one of its own the
+    branch pin's would choose the newest of the branch), ``hold_needed``, ``reason``.
+    """
+    if not isinstance(plan, Mapping) or "fabric_manager" not in plan:
+        raise DriverPlanError("driver_fabric_manager expects driver_plan's result")
+    fabric = plan["fabric_manager"]
+    name = fabric["package"]
+    if not fabric["needed"]:
+        return {"install": False, "name": name, "package": name, "version": "", "pin": "", "hold_needed": False,
+                "reason": "no NVSwitch, or driver_source=distribution"}
+    info = ((packages or {}).get("packages") or {}).get(name) or {}
+    held = set((packages or {}).get("held") or [])
+    driver = upstream_version(installed_version)
+    have = upstream_version(info.get("version")) if info.get("installed") else ""
+    if driver:
+        install = have != driver
+        pin = f"{driver}-*"
+        apt_name = f"{name}={pin}"
+        reason = (f"{name} {have or 'not installed'}, the driver {driver}" if install
+                  else f"{name} {have}, the driver's version")
+    else:
+        # Check mode before the driver's install: the version asked for.
+        wanted = as_text(plan.get("version_wanted"))
+        install = not info.get("installed") or not have.startswith(wanted)
+        pin = f"{wanted}*"
+        apt_name = f"{name}={pin}"
+        reason = f"{name} of {wanted} with the driver (not installed yet)"
+    return {"install": install, "name": apt_name, "package": name, "version": driver, "pin": pin,
+            "hold_needed": as_bool(hold) and (install or name not in held), "reason": reason}
+
+
+def fabric_manager_service(plan: Any, facts: Any, result: Any, changed: Any = False) -> dict:
+    """What systemd does with nvidia-fabricmanager after the install: ``state`` V(restarted) when the driver or the
+    fabric manager changed in this run and the loaded module is the installed driver, V(started) when it is and
+    nothing changed, None (enabled only: it starts at the next boot, with the new module) while the loaded module is
+    another version or none; ``reason``."""
+    if not isinstance(plan, Mapping) or "fabric_manager" not in plan:
+        raise DriverPlanError("driver_fabric_manager_service expects driver_plan's result")
+    result = result or {}
+    loaded = as_text((facts or {}).get("nvidia_driver_version")) if (facts or {}).get("nvidia_driver_loaded") else ""
+    installed = upstream_version(result.get("version")) or loaded
+    if not loaded or loaded != installed:
+        return {"state": None, "reason": (
+            f"enabled; the loaded module is {loaded or 'none'}, not the installed driver {installed or '?'}: it "
+            "starts at the next boot (a fabric manager of another version than the loaded module stops at once)")}
+    if as_bool(changed) and not result.get("rebooted"):
+        return {"state": "restarted", "reason": f"the driver or the fabric manager changed; driver {loaded} loaded"}
+    return {"state": "started", "reason": f"driver {loaded} loaded"}

@@ -108,3 +108,18 @@ def fabric_problem(state: str | None, status: str | None) -> tuple[str, str] | N
                 f"{FABRIC_SUCCESS!r}: nvidia-fabricmanager could not add it to the fabric (its log, "
                 "/var/log/fabricmanager.log, says why)")
     return None
+
+
+def fabric_pending(gpus: list) -> list[str]:
+    """One line per GPU (entries of gpu_facts' nvidia_gpus, with fabric_state and fabric_status) whose NVSwitch
+    fabric registration is not Completed with Success; GPUs without NVSwitch fabric (N/A, Not Supported, no
+    element) never count. Empty: every GPU may run CUDA work."""
+    lines = []
+    for gpu in gpus or []:
+        if not isinstance(gpu, dict):
+            continue
+        problem = fabric_problem(gpu.get("fabric_state"), gpu.get("fabric_status"))
+        if problem:
+            lines.append(f"GPU {gpu.get('index', '?')} {gpu.get('pci_bus_id') or ''}: {problem[0]} - {problem[1]}"
+                         .replace("  ", " "))
+    return lines
