@@ -232,8 +232,8 @@ def window_inventory(tmp_path, node: str):
     return tmp_path / "hosts.yml"
 
 
-def test_controller_killed_in_the_window_between_containerds_drop_in_and_its_restart(apis, nodes, window_host,
-                                                                                    tmp_path):
+def test_controller_killed_in_the_window_between_containerds_drop_in_and_its_restart(
+        apis, nodes, window_host, tmp_path):
     """upgrade.yml (the toolkit only) on a fresh GPU host: the window cordons its Node and the toolkit writes
     daemon.json and containerd's drop-in; the controller dies there, before the restart handler. A resumed window
     with restarts off (container_toolkit_restart=false) fails at the check, naming the host, containerd.service, the
