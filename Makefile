@@ -282,7 +282,7 @@ molecule: $(MOLECULE_NEEDS)  ## molecule scenarios on the lab's Debian images
 # (lab.sh node, docker run) or on local files. They run in a second pytest beside the others, which are mostly one
 # ansible-playbook at a time on one CPU (docs/development.md); their output is shown when both end.
 # LAB_BESIDE_FILES= runs every file in one pytest. test_faults_host.py (four host.yml runs with DKMS builds on a GPU
-# host of its own and five short ones, about 20 min here with other lab tests beside, 2026-12-06) goes last: by then the lab tests have started and the side steps, at nice 19,
+# host of its own and eight short ones, about 23 min here with other lab tests beside, 2026-12-07) goes last: by then the lab tests have started and the side steps, at nice 19,
 # give it their CPU time rather than the lab tests theirs.
 LAB_BESIDE_FILES ?= test_container_toolkit_site.py test_driver_flavour.py test_trust_proxy_keys.py \
   test_container_runtime_config.py test_faults_host.py test_driver_kernel_update.py test_driver_secure_boot.py
