@@ -12,7 +12,7 @@ short_description: nvidia-fabricmanager of exactly the driver's version, on an N
 description:
   - Used by the C(driver) role after the driver's install, on a host whose GPU facts list NVSwitches
     (C(nvidia_nvswitches)) with C(driver_source=nvidia). The fabric manager must be of exactly the driver's version
-    (NVIDIA's Fabric Manager user guide: it aborts when the loaded driver is of another one), so its apt name pins the
+    (NVIDIA's Fabric Manager user guide - it aborts when the loaded driver is of another one), so its apt name pins the
     driver's own version (C(nvidia-fabricmanager=580.95.05-*)), read from the installed driver package.
   - In check mode before the driver's install, the version asked for (C(driver_version), else the branch).
 positional: _input, packages, installed_version, check_mode, hold

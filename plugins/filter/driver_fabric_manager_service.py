@@ -13,7 +13,7 @@ description:
   - Used by the C(driver) role on an NVSwitch host. The service is always enabled; it is restarted when the driver
     or the fabric manager changed in this run and the loaded kernel module is the installed driver, started when
     nothing changed, and only enabled while the loaded module is another version or none (it starts at the next
-    boot, with the new module: a fabric manager of another version than the loaded module aborts).
+    boot, with the new module - a fabric manager of another version than the loaded module aborts).
 positional: _input, facts, result, changed
 options:
   _input:

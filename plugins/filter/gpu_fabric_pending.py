@@ -10,7 +10,7 @@ name: gpu_fabric_pending
 version_added: 1.0.0
 short_description: The GPUs whose NVSwitch fabric registration is not done yet
 description:
-  - Used by the C(verify) role before vectorAdd on a host with NVSwitches: one line per GPU of
+  - Used by the C(verify) role before vectorAdd on a host with NVSwitches - one line per GPU of
     M(k8sgpu.nvidia.gpu_facts)' C(nvidia_gpus) whose C(fabric_state) (from C(nvidia-smi -q -x)'s C(fabric/state)) is
     not V(Completed), or is V(Completed) with a C(fabric_status) other than V(Success) (the checks
     C(fabric_not_completed) and C(fabric_failed) of gpu_health). GPUs without NVSwitch fabric (V(N/A),

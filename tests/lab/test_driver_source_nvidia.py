@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAB_CACHE, LAB_NAME, LAB_STATE, ROOT, node_sh, run
+from conftest import LAB_NAME, LAB_STATE, ROOT, node_sh, run
 
 HOST = f"{LAB_NAME}-nvidia-source-1"
 VERSION = "535.261.03"
@@ -65,7 +65,7 @@ class Run:
         return [n for n, r in self.tasks if r.get("changed")]
 
     def failures(self) -> list[str]:
-        return [r.get("msg", "") for _, r in self.tasks if r.get("failed")]
+        return [task[1].get("msg", "") for task in self.tasks if task[1].get("failed")]
 
     def tail(self) -> str:
         return f"rc {self.cp.returncode}\n{self.cp.stdout[-4000:]}\n{self.cp.stderr[-2000:]}"
@@ -81,7 +81,7 @@ def lab(tmp_path_factory):
     key = root / "debian12" / "x86_64" / "3bf863cc.pub"
     fingerprint = subprocess.run(["gpg", "--show-keys", "--with-colons", str(key)], capture_output=True, text=True,
                                  check=True).stdout
-    fingerprint = next(line.split(":")[9] for line in fingerprint.splitlines() if line.startswith("fpr:"))
+    fingerprint = [line.split(":")[9] for line in fingerprint.splitlines() if line.startswith("fpr:")][0]
     proxy = (LAB_STATE / "apt-proxy-url").read_text().strip()
     path = tmp_path_factory.mktemp("nvidia-source") / "hosts.yml"
     path.write_text(json.dumps({"gpu_nodes": {"hosts": {HOST: {
