@@ -285,7 +285,8 @@ molecule: $(MOLECULE_NEEDS)  ## molecule scenarios on the lab's Debian images
 # host of its own and eight short ones, about 23 min here with other lab tests beside, 2026-12-07) goes last: by then the lab tests have started and the side steps, at nice 19,
 # give it their CPU time rather than the lab tests theirs.
 LAB_BESIDE_FILES ?= test_container_toolkit_site.py test_driver_flavour.py test_trust_proxy_keys.py \
-  test_container_runtime_config.py test_faults_host.py test_driver_kernel_update.py test_driver_secure_boot.py
+  test_container_runtime_config.py test_faults_host.py test_driver_kernel_update.py test_driver_secure_boot.py \
+  test_driver_source_nvidia.py
 LAB_BESIDE_LOG = $(K8SGPU_LAB_STATE)/integration-beside.log
 # Lab tests make test leaves out to end within CI's 90 minutes on 2 vCPUs (pytest node ids, relative to tests/lab;
 # a file name stands for all its tests); `make lab-extended` runs them. What each proves and where else the same is

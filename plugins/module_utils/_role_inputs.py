@@ -1434,6 +1434,9 @@ SYNTAX_BY_NAME = {
     "container_toolkit_packages": "package_names",
     "driver_mirror_url": "repo_url",
     "driver_branch": "driver_branch",
+    "driver_nvidia_repo_url": "repo_url",
+    "driver_nvidia_repo_key_url": "repo_url",
+    "driver_nvidia_repo_key_fingerprint": "openpgp_fingerprint",
     "device_plugin_helm_repo_url": "helm_url",
     # URLs whose rule in RULES is the url rule after a form check of its own (one message each)
     "prometheus_stack_chart_repo_url": None,
@@ -1467,6 +1470,7 @@ FREE_TEXT = {
     "karpenter_gpu_node_class": "another node class's group, kind and name (rule node_class_ref; rendered with to_json)",
     "driver_secure_boot_key": "a host path or a pkcs11: URI for the kernel's sign-file (a key, not a label key); "
                               "driver_module_signing refuses a path DKMS would read wrongly as shell",
+    "driver_nvidia_repo_key": "the armoured key itself (checked by the role against its pin)",
 }
 FREE_TEXT.update({
     "gpu_alerts_severity_critical": "the severity label of the critical alerts, any text (rendered by to_nice_yaml)",
