@@ -821,6 +821,7 @@ RULES = {
         "driver_version": [driver_version],
         "driver_reboot_timeout": [_SECONDS],
         "driver_apt_lock_timeout": [_NONNEG],
+        "driver_apt_timeout": [_NONNEG],
     },
     "gke_driver_installer": {
         "gke_driver_installer_cpu_request": [quantity],
