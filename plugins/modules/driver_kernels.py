@@ -161,7 +161,8 @@ secure_boot:
   version_added: 1.2.0
 initramfs_stale:
   description: The kernels whose initramfs is older than a file of O(initramfs_configs) (file modification times) -
-    a run stopped between the write and the initramfs rebuild left them so; the driver role rebuilds them.
+    a run stopped between the write and the initramfs rebuild left them so; the driver role rebuilds them. Only
+    kernels whose initramfs initramfs-tools tracks (C(/var/lib/initramfs-tools/<release>)) count.
   returned: always
   type: list
   elements: str
@@ -244,7 +245,9 @@ def main() -> None:
                     f"{text[-400:]}")
     module.exit_json(changed=bool(built) or bool(would), built=built, would_build=would, build_failures=failures,
                      signing_drop_in=signing_drop_in,
-                     initramfs_stale=stale_initramfs(root, read["kernels"], p["initramfs_configs"]),
+                     # Only what the role's handler rebuilds: initrds initramfs-tools tracks (/var/lib/initramfs-tools).
+                     initramfs_stale=stale_initramfs(root, [k for k in read["kernels"] if os.path.exists(
+                         os.path.join(root, "var/lib/initramfs-tools", k))], p["initramfs_configs"]),
                      summary=_summary(read["kernels"], read["boot"]), **read)
 
 
