@@ -95,6 +95,15 @@ options:
     type: bool
     default: false
     version_added: 1.1.0
+  kernels:
+    description:
+      - Also read, for every installed kernel (C(/lib/modules/*), the images under C(/boot)), whether the NVIDIA
+        kernel module of the driver's branch is built and installed for it (DKMS's records under C(/var/lib/dkms),
+        the module files), as M(k8sgpu.nvidia.driver_kernels) reads it, into RV(ansible_facts.nvidia_kernel_modules).
+        A walk of each kernel's module tree; no command is run.
+    type: bool
+    default: false
+    version_added: 1.2.0
 notes:
   - Reads only; C(nvidia-smi) is run without a shell, in the C locale, and never when the kernel module is not
     loaded (where it could load it through C(nvidia-modprobe)).
@@ -296,6 +305,17 @@ ansible_facts:
           description: Kernel driver bound to the device (for example V(nvidia), V(nouveau), V(vfio-pci)), or null.
           type: str
           sample: nvidia
+    nvidia_kernel_modules:
+      description:
+        - With O(kernels), per installed kernel release - C(status) (V(ok), V(not_built), V(no_headers)), C(detail),
+          C(fix), C(running), C(image) (a kernel image under C(/boot)) and C(headers); the branch is that of the running
+          kernel's DKMS module, else the newest DKMS has. Read from C(/lib/modules), C(/boot), C(/usr/src) and
+          C(/var/lib/dkms). Absent without O(kernels).
+      returned: with O(kernels)
+      type: dict
+      sample: {"6.1.0-44-amd64": {"status": "ok", "detail": "module nvidia-current 535.261.03 installed", "fix": "",
+               "running": true, "image": true, "headers": true}}
+      version_added: 1.2.0
     nvidia_nvswitches:
       description:
         - The NVSwitches of RV(ansible_facts.nvidia_pci_devices) (vendor C(0x10de), class C(0x0680xx)), in its
@@ -362,6 +382,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import read_kernels
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_smi import (
     READ_OPTIONS,
     GpuFactsError,
@@ -393,6 +414,7 @@ def main() -> None:
             timeout=dict(type="int", default=30),
             # Decided by the action plugin (plugins/action/gpu_facts.py), which has the controller's view of the run.
             reuse=dict(type="bool", default=False),
+            kernels=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -417,7 +439,16 @@ def main() -> None:
         module.fail_json(msg=str(exc), **result)
     for warning in warnings:
         module.warn(warning)
+    if params["kernels"]:
+        facts["nvidia_kernel_modules"] = kernel_modules("/", os.uname().release)
     module.exit_json(changed=False, ansible_facts=facts)
+
+
+def kernel_modules(root: str, running: str) -> dict:
+    """The NVIDIA module of every installed kernel (driver_kernels' reading, without its decision)."""
+    read = read_kernels(root, running)
+    keys = ("status", "detail", "fix", "running", "image", "headers")
+    return {release: {k: info[k] for k in keys} for release, info in read["kernels"].items()}
 
 
 if __name__ == "__main__":

@@ -127,3 +127,23 @@ def test_given_nvidia_smi_missing_falls_back_to_sysfs(monkeypatch, module_io, ho
     assert facts["nvidia_driver_version"] == "580.159.04"  # from /proc
     assert [d["pci_bus_id"] for d in facts["nvidia_pci_devices"]] == ["0000:00:06.0"]
     assert any(f"nvidia_smi={host}/nope/nvidia-smi is not an executable file" in w for w in module_io)
+
+
+def test_kernel_modules_per_installed_kernel(tmp_path):
+    """gpu_facts' kernels option: driver_kernels' reading of every installed kernel, without its decision."""
+    from ansible_collections.k8sgpu.nvidia.plugins.modules.gpu_facts import kernel_modules
+    built = tmp_path / "lib/modules/6.1.0-44-amd64"
+    (built / "updates/dkms").mkdir(parents=True)
+    (built / "updates/dkms/nvidia-current.ko").write_bytes(b"\x7fELF")
+    (built / "modules.dep").write_text("")
+    bare = tmp_path / "lib/modules/6.1.0-50-amd64"
+    bare.mkdir(parents=True)
+    (bare / "modules.dep").write_text("")
+    (tmp_path / "boot").mkdir()
+    for release in ("6.1.0-44-amd64", "6.1.0-50-amd64"):
+        (tmp_path / f"boot/vmlinuz-{release}").write_text("")
+    found = kernel_modules(str(tmp_path), "6.1.0-44-amd64")
+    assert found["6.1.0-44-amd64"]["status"] == "ok" and found["6.1.0-44-amd64"]["running"]
+    assert found["6.1.0-50-amd64"]["status"] == "no_headers" and found["6.1.0-50-amd64"]["image"]
+    assert "apt-get install linux-headers-6.1.0-50-amd64" in found["6.1.0-50-amd64"]["fix"]
+    assert set(found["6.1.0-44-amd64"]) == {"status", "detail", "fix", "running", "image", "headers"}
