@@ -4,6 +4,9 @@ A role uses what its tasks, handlers, templates, vars and defaults name by FQCN 
 lines left out): a name of plugins/modules or plugins/action is a module, of plugins/filter a filter, and a role it
 runs with include_role or import_role a role. The README's "## Modules and filters" section lists each of them, as
 `k8sgpu.nvidia.<name>`, in its "- modules:", "- filters:" and "- roles:" items, and nothing else.
+
+Its "## Variables" table is generated from the role's meta/argument_specs.yml (issue 48 item 2), and its links are
+absolute (issue 47 item 4).
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+import role_readmes  # tests/support, on pytest's pythonpath
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
@@ -71,3 +75,35 @@ def test_the_check_sees_what_roles_use():
     """The scan itself: a role known to use a module, a filter and the private role is seen to."""
     used = role_uses("device_plugin")
     assert "k8s_gpu_allocatable" in used["modules"] and "device_plugin_objects" in used["filters"] and used["roles"] == ["_k8s"]
+
+
+# The "## Variables" tables (issue 48 item 2): generated from meta/argument_specs.yml by tests/support/role_readmes.py.
+
+
+@pytest.mark.parametrize("role", role_readmes.roles())
+def test_readme_variables_table_is_generated_from_the_argument_spec(role):
+    text = (ROOT / "roles" / role / "README.md").read_text()
+    assert role_readmes.BEGIN in text, f"roles/{role}/README.md has no generated variables table (run make docs)"
+    assert role_readmes.render(role, text) == text, (
+        f"roles/{role}/README.md's variables table is out of step with meta/argument_specs.yml or defaults/main.yml: "
+        f"run make docs (python tests/support/role_readmes.py)")
+
+
+def test_the_generator_renders_ansible_markup():
+    assert role_readmes.markdown("C(a|b) O(x=1) V(y) M(k8sgpu.nvidia.z) P(k8sgpu.nvidia.f#filter) I(i) B(b)") == \
+        "`a\\|b` `x=1` `y` `k8sgpu.nvidia.z` `k8sgpu.nvidia.f` *i* **b**"
+    assert role_readmes.markdown("O(ansible.builtin.reboot#module:reboot_command)") == \
+        "`reboot_command` of `ansible.builtin.reboot`"
+    assert role_readmes.markdown("L(the guide, https://x.example/g) U(https://y.example)") == \
+        "[the guide](https://x.example/g) <https://y.example>"
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_readme_links_are_absolute(role):
+    """Galaxy shows a role's README away from the repository: a relative link there leads nowhere (issue 47 item 4)."""
+    text = (ROOT / "roles" / role / "README.md").read_text()
+    relative = [link for link in _LINK.findall(text) if not re.match(r"https?://|#|mailto:", link)]
+    assert not relative, f"roles/{role}/README.md: relative links {relative}; use https://github.com/k8sgpu/ansible-collection-nvidia/blob/main/<path>"
