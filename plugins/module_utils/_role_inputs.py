@@ -783,6 +783,28 @@ def alert_receiver(name, value, values):
 # and node_maintenance's settings (their roles' own tasks); gpu_alerts' durations, framebuffer_percent, XID codes,
 # job and selector (the filter gpu_alert_rules, whose messages the lab tests assert) and dcgm_exporter's counters
 # (the filter dcgm_counters_csv), both run by the role's preflight before any change.
+# node_maintenance's settings, refused before any Node is touched, in the words the lab tests read
+# (tests/lab/test_maintenance_safety.py). A count as the drain module reads it: 1 or more, or 1% to 100%.
+_MAINTENANCE_COUNT = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
+
+
+def maintenance_count(name, value, values):
+    match = None if isinstance(value, bool) else _MAINTENANCE_COUNT.match(str(value))
+    if match is None or int(match.group(1)) < 1 or (match.group(2) and int(match.group(1)) > 100):
+        return ["%s is %s: it must be a number of GPU Nodes out of service at once (1 or more) or a percentage "
+                "(1%% to 100%%), as 1 or '25%%'" % (name, value)]
+    return []
+
+
+def _maintenance_number(accept, what):
+    def rule(name, value, values):
+        number = _number(value)
+        return [] if number is not None and accept(number) else ["%s is %s: it must be %s" % (name, value, what)]
+    return rule
+
+
+_MAINTENANCE_TIMEOUT = [_maintenance_number(lambda n: n >= 1 and n == int(n), "a whole number of seconds, 1 or more")]
+
 RULES = {
     "cluster_autoscaler": {
         "cluster_autoscaler_scale_down_unneeded_time": [duration()],
@@ -888,6 +910,16 @@ RULES = {
         "karpenter_gpu_subnet_selector_terms": [own_node_class(non_empty("at least one subnet selector term"))],
         "karpenter_gpu_security_group_selector_terms": [own_node_class(non_empty(
             "at least one security group selector term"))],
+    },
+    "node_maintenance": {
+        "node_maintenance_max_unavailable": [maintenance_count],
+        "node_maintenance_drain_retry_delay": [_maintenance_number(lambda n: n > 0, "a number of seconds more than 0")],
+        "node_maintenance_drain_timeout": _MAINTENANCE_TIMEOUT,
+        "node_maintenance_wait_timeout": _MAINTENANCE_TIMEOUT,
+        "node_maintenance_reboot_timeout": _MAINTENANCE_TIMEOUT,
+        "node_maintenance_expected_gpus": [_maintenance_number(
+            lambda n: n >= 0 and n == int(n),
+            "a whole number of GPUs, 0 or more (0: the count the Node advertised before the drain)")],
     },
     "prometheus_stack": {
         "prometheus_stack_chart_repo_url": [chart_repo_url],
@@ -1528,7 +1560,6 @@ CHECKED_BY = {
     "dcgm_exporter_counters": "the filter dcgm_counters_csv (field names and types), before any change",
     "dcgm_exporter_extra_counters": "the filter dcgm_counters_csv (field names and types), before any change",
     "gpu_alerts_job": "the filter gpu_alert_rules (a Prometheus label value), before any change",
-    "node_maintenance_max_unavailable": "the filter maintenance_settings (a count or a percentage)",
     # The module refuses a path DKMS would read wrongly as shell, a certificate that is not X.509, a key of another
     # certificate, before it writes anything.
     "driver_secure_boot_key_content": "the module driver_module_signing (a private key of the certificate)",

@@ -223,10 +223,34 @@ def test_ranges(role, var, value, text):
 
 
 def test_settings_the_roles_check_themselves_are_left_to_them():
-    # the filter gpu_alert_rules' and node_maintenance's settings.yml, whose messages the lab tests assert
-    # (test_gpu_alerts, test_maintenance_safety)
+    # the filter gpu_alert_rules, whose messages the lab tests assert (test_gpu_alerts)
     assert run("gpu_alerts", gpu_alerts_gpu_temp_for="5 minutes", gpu_alerts_framebuffer_percent=150) == ([], [])
-    assert run("node_maintenance", node_maintenance_max_unavailable=0, node_maintenance_drain_retry_delay=0) == ([], [])
+
+
+# node_maintenance's settings (before 1.2.0 the filter maintenance_settings in the role's settings.yml), in the words
+# tests/lab/test_maintenance_safety.py reads; -e gives strings.
+@pytest.mark.parametrize("var,good,bad,text", [
+    ("node_maintenance_max_unavailable", [1, "3", "25%", "100%", " 2 "], [0, "0", "0%", "101%", "-1", "x", True],
+     "it must be a number of GPU Nodes out of service at once (1 or more) or a percentage (1% to 100%)"),
+    ("node_maintenance_drain_retry_delay", [1, "0.5", 2.5], [0, "0", -1, "soon"], "it must be a number of seconds more than 0"),
+    ("node_maintenance_drain_timeout", [1, "600"], [0, "1.5", -3], "it must be a whole number of seconds, 1 or more"),
+    ("node_maintenance_wait_timeout", [1], [0], "it must be a whole number of seconds, 1 or more"),
+    ("node_maintenance_reboot_timeout", [1800], [0], "it must be a whole number of seconds, 1 or more"),
+    ("node_maintenance_expected_gpus", [0, "8"], [-1, "1.5"], "it must be a whole number of GPUs, 0 or more"),
+])
+def test_node_maintenance_settings(var, good, bad, text):
+    for value in good:
+        assert run("node_maintenance", **{var: value}) == ([], []), (var, value)
+    for value in bad:
+        errors = run("node_maintenance", **{var: value})[0]
+        assert len(errors) == 1 and var in errors[0], (var, value, errors)
+        if "argument '" not in errors[0]:  # not a type the argument spec refused first
+            assert f"{var} is {value}: {text}" in errors[0], errors
+
+
+def test_node_maintenance_retry_delay_message_of_the_lab_test():
+    assert only_error("node_maintenance", node_maintenance_drain_retry_delay="0") == (
+        "node_maintenance: node_maintenance_drain_retry_delay is 0: it must be a number of seconds more than 0")
 
 
 # Issue 35, item 3: the ranges and forms the roles' preflight asserts checked before 1.2.0, here with the same
@@ -312,8 +336,8 @@ def test_an_empty_value_is_refused_where_the_preflight_refused_it(role, var):
     assert error.startswith("%s: %s is " % (role, var)) and ("None" in error), error
 
 
-# Roles whose own checks issue 35's item 3 left as they are (driver's preflight repeats four of its choices).
-OTHER_OWNERS = {"driver", "container_toolkit", "node_maintenance"}
+# No role is exempt (issue 48 item 2); driver's preflight is the lead's until its lock is free.
+OTHER_OWNERS = {"driver"}
 
 
 def test_no_task_repeats_a_choice_or_a_type_of_the_argument_spec():

@@ -251,6 +251,11 @@ RULES_REFUSED = {
         "karpenter_gpu_subnet_selector_terms": ([], "at least one subnet selector term"),
         "karpenter_gpu_security_group_selector_terms": ([], "at least one security group selector term"),
     },
+    "node_maintenance": {
+        "node_maintenance_max_unavailable": ("0", "a percentage (1% to 100%)"),
+        "node_maintenance_drain_retry_delay": ("0", "it must be a number of seconds more than 0"),
+        "node_maintenance_wait_timeout": (0, "a whole number of seconds, 1 or more"),
+    },
     "prometheus_stack": {
         "prometheus_stack_chart_repo_url": ("ftp://charts.example", "http://, https:// or oci://"),
         "prometheus_stack_grafana_dashboard_labels": ({"a": "1", "b": "1"}, "exactly one label"),
