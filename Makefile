@@ -13,7 +13,7 @@ INVENTORY ?= inventories/lab
 # First line of each step's recipe: when it started (make test's log is its timeline).
 STAMP = @echo "[make $@ started $$(date +%H:%M:%S)]"
 
-.PHONY: help deps venv importer-venv compat-venv release-check compat compat-lowest compat-newest requirements-install lab lab-images lab-down lab-status site test prebuild lint sanity unit cloud molecule integration lab-extended upgrade-test clean-cache
+.PHONY: help deps venv importer-venv compat-venv release-check release porting-guide compat compat-lowest compat-newest requirements-install lab lab-images lab-down lab-status site test prebuild lint sanity unit cloud molecule integration lab-extended upgrade-test clean-cache
 
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -189,6 +189,17 @@ release-check: venv importer-venv  ## version_added and changelog against galaxy
 	    requirements-cert.txt | grep -vxF -f <(echo "$$found") || true); \
 	  if [ -n "$$missing" ]; then echo "ansible-builder introspect does not find: $$missing"; exit 1; fi; \
 	  echo "ansible-builder introspect: the execution environment gets all $$(echo "$$found" | wc -l) requirements"
+
+# The release of galaxy.yml's version (tests/release/release.sh): the changelog released from the fragments
+# (changelogs/changelog.yaml, CHANGELOG.rst), the porting guide written again, `release_check.py --release`, one commit
+# "Release <version>" of those files and an annotated tag <version>. RELEASE_ARGS: --date YYYY-MM-DD, --no-tag.
+RELEASE_ARGS ?=
+release: venv  ## release galaxy.yml's version: changelog, CHANGELOG.rst, porting guide, commit, annotated tag
+	$(STAMP)
+	tests/release/release.sh $(RELEASE_ARGS)
+
+porting-guide:  ## write docs/porting_guide_2.rst from changelogs/ (make release does it too)
+	python3 tests/release/porting_guide.py write
 
 # The dependency collections at both ends of galaxy.yml's ranges, from PyPI's `ansible` wheels (pip download
 # --no-deps; pip's cache keeps them; tests/release/compat_collections.py unpacks only kubernetes.core and amazon.aws

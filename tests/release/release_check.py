@@ -6,24 +6,42 @@
 - changelogs: when galaxy.yml's version is already released in changelogs/changelog.yaml, no fragment is left in
   changelogs/fragments (``antsibull-changelog release`` consumes them; one left behind is a change that no released
   changelog lists); galaxy.yml's version is not older than the newest release there;
+- semantic versioning: no release of changelogs/changelog.yaml after 1.1.0 (released before this rule) that is a minor
+  or patch release lists ``breaking_changes`` or ``removed_features``, and no fragment with them waits while
+  galaxy.yml's version is a minor or patch release after the newest one (the fix: the next major version);
+- a released version is never built again from another tree: once galaxy.yml's version is released (its git tag, or
+  its release in changelogs/changelog.yaml, from the commit that released it), no file the tarball ships differs from
+  that tag or commit (committed or not); the fix is the next version in galaxy.yml;
+- a released version's CHANGELOG.rst (shipped in the tarball) has that version's section;
+- docs/porting_guide_2.rst is what tests/release/porting_guide.py generates from changelogs/ (an error once the
+  version is released; a note while fragments wait: `make release` writes it again);
 - execution-environment.yml installs the tarball of galaxy.yml's version (its src and its collection name);
 - one Galaxy entry per filter: galaxy-importer lists every .py of plugins/filter by its name and every filter's
   documentation file by its name, and ansible-doc takes a .py's DOCUMENTATION for every filter of that .py; so each
   filter is a .py of its own, named after it, with its documentation inside (no .yml); an undocumented filter fails
   the importer's ansible-doc run for all filters (Galaxy then shows none).
 
-Fragments are allowed while galaxy.yml's version is not released yet (the state between releases).
+Fragments are allowed while galaxy.yml's version is not released yet (the state between releases): the check passes
+and notes that the tarball built then is no release. With --release (tests/release/release.sh, after
+`antsibull-changelog release` and before its commit and tag; and before any upload to Galaxy) that is an error too:
+galaxy.yml's version must be released in changelog.yaml and CHANGELOG.rst, no fragment left, the porting guide in step,
+and no version_added naming a version that was never released.
 
-  tests/release/release_check.py [collection root]      (default: this checkout)
+  tests/release/release_check.py [--release] [collection root]      (default: this checkout)
 """
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import porting_guide  # noqa: E402  (tests/release/porting_guide.py)
 
 VERSION_ADDED = re.compile(r"""^\s*(?:-\s+)?version_added:\s*["']?([^"'\s#]+)""", re.MULTILINE)
 TARBALL = re.compile(r"k8sgpu-nvidia-([0-9A-Za-z.+-]+?)\.tar\.gz")
@@ -82,6 +100,171 @@ def check_changelog(root: Path, version: str) -> list[str]:
         errors.append(f"galaxy.yml's version {version} is older than the release {newer[-1]} in "
                       f"changelogs/changelog.yaml")
     return errors
+
+
+# Releases made before the semantic-versioning rule, whose breaking changes stay as released (their entries are in
+# docs/porting_guide_2.rst): version -> why it is tolerated.
+SEMVER_EXEMPT: dict[str, str] = {
+    "1.1.0": "released 2026-11-28 as a minor version with 7 breaking changes, before this check; "
+             "docs/porting_guide_2.rst has them for 1.0.x users",
+}
+BREAKING = ("breaking_changes", "removed_features")
+
+
+def load_releases(root: Path) -> dict:
+    changelog = root / "changelogs" / "changelog.yaml"
+    if not changelog.is_file():
+        return {}
+    return (yaml.safe_load(changelog.read_text(encoding="utf-8")) or {}).get("releases") or {}
+
+
+def breaking_count(changes: dict) -> int:
+    return sum(len(changes.get(k) or []) for k in BREAKING if isinstance(changes, dict))
+
+
+def is_major_bump(before: str, after: str) -> bool:
+    """after is the next major release after before (or a 0.x release: 0.y may break anything)."""
+    b, a = parse_version(before), parse_version(after)
+    return a[0] > b[0] or (b[0] == 0 and a[0] == 0)
+
+
+def check_semver(root: Path, version: str, exempt: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """(errors, notes): breaking changes or removed features only in a major release."""
+    exempt = SEMVER_EXEMPT if exempt is None else exempt
+    releases = load_releases(root)
+    ordered = sorted((str(v) for v in releases), key=parse_version)
+    errors, notes = [], []
+    for before, after in zip(ordered, ordered[1:]):
+        changes = (releases.get(after) or releases.get(parse_version(after)) or {}).get("changes") or {}
+        n = breaking_count(changes)
+        if n and not is_major_bump(before, after):
+            if after in exempt:
+                notes.append(f"changelog.yaml: {after} lists {n} breaking change(s) or removed feature(s) after "
+                             f"{before}: {exempt[after]}")
+            else:
+                errors.append(f"changelogs/changelog.yaml: {after}, a minor or patch release after {before}, lists {n} "
+                              f"breaking change(s) or removed feature(s): semantic versioning releases them only in a "
+                              f"major version ({parse_version(before)[0] + 1}.0.0)")
+    if version in {str(v) for v in releases} or not ordered:
+        return errors, notes
+    newest = ordered[-1]
+    breaking = [name for name, data in porting_guide.fragments(root).items() if breaking_count(data)]
+    if breaking and parse_version(version) > parse_version(newest) and not is_major_bump(newest, version):
+        major = parse_version(newest)[0] + 1
+        errors.append(f"galaxy.yml's version {version} is a minor or patch release after {newest}, yet the fragment(s) "
+                      f"{', '.join(breaking)} have breaking_changes or removed_features: set galaxy.yml's version to "
+                      f"{major}.0.0 (and execution-environment.yml's tarball), or make the change compatible")
+    return errors, notes
+
+
+def build_ignore(root: Path) -> list[str]:
+    galaxy = yaml.safe_load((root / "galaxy.yml").read_text(encoding="utf-8")) or {}
+    return [str(p) for p in galaxy.get("build_ignore") or []]
+
+
+def shipped(path: str, patterns: list[str]) -> bool:
+    """Whether ansible-galaxy collection build puts path (relative to the root) in the tarball: build_ignore's
+    fnmatch patterns against the path and each directory above it (a matched directory is left out whole)."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return not any(fnmatch.fnmatch(c, p) for c in candidates for p in patterns)
+
+
+def git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+
+
+def release_ref(root: Path, version: str, released: set[str]) -> tuple[str, str] | None:
+    """(ref, what it is) of galaxy.yml's version when released: its git tag, else the commit that added its release to
+    changelogs/changelog.yaml; None when it is not released, or released only in the working tree (being released)."""
+    tag = git(root, "rev-parse", "-q", "--verify", f"refs/tags/{version}^{{commit}}")
+    if tag.returncode == 0 and tag.stdout.strip():
+        return tag.stdout.strip(), f"git tag {version}"
+    if version not in released:
+        return None
+    pattern = "^  " + re.escape(version).replace("\\.", "[.]") + ":"
+    log = git(root, "log", "--reverse", "--format=%H", "-G", pattern, "--", "changelogs/changelog.yaml")
+    commits = log.stdout.split()
+    if log.returncode or not commits:
+        return None
+    return commits[0], f"commit {commits[0][:12]}, which released it in changelogs/changelog.yaml"
+
+
+def check_released_tree(root: Path, version: str) -> tuple[list[str], list[str]]:
+    """(errors, notes): the tree of a released version is the released one."""
+    released = {str(v) for v in load_releases(root)}
+    if git(root, "rev-parse", "--is-inside-work-tree").returncode:
+        return [], [f"{root} is no git checkout: whether {version} was released from another tree is not checked"]
+    top = Path(git(root, "rev-parse", "--show-toplevel").stdout.strip()).resolve()
+    if top != root.resolve():
+        return [], [f"{root} is not the top of its git checkout ({top}): released tree not checked"]
+    ref = release_ref(root, version, released)
+    if ref is None:
+        return [], []
+    commit, what = ref
+    changed = git(root, "diff", "--name-only", commit, "--").stdout.split("\n")
+    changed += git(root, "ls-files", "--others", "--exclude-standard").stdout.split("\n")
+    patterns = build_ignore(root)
+    files = sorted({f for f in changed if f and shipped(f, patterns)})
+    if not files:
+        return [], []
+    shown = ", ".join(files[:10]) + (f" and {len(files) - 10} more" if len(files) > 10 else "")
+    major, minor, patch = parse_version(version)
+    return [f"galaxy.yml's version {version} is released ({what}), and {len(files)} file(s) the tarball ships changed "
+            f"since ({shown}): a tarball built now would be another {version}. Set galaxy.yml's version (and "
+            f"execution-environment.yml's tarball) to the next release, {major + 1}.0.0 with breaking changes, "
+            f"{major}.{minor + 1}.0 with features, {major}.{minor}.{patch + 1} with fixes only, and add a changelog "
+            f"fragment for each change"], []
+
+
+def rst_has_version(text: str, version: str) -> bool:
+    lines = text.splitlines()
+    return any(line.strip() == f"v{version}" and i + 1 < len(lines) and set(lines[i + 1].strip()) == {"="}
+               for i, line in enumerate(lines))
+
+
+def check_changelog_rst(root: Path, version: str, strict: bool) -> tuple[list[str], list[str]]:
+    """(errors, notes): the CHANGELOG.rst that ships has the section of the version being built."""
+    released = {str(v) for v in load_releases(root)}
+    rst = root / "CHANGELOG.rst"
+    text = rst.read_text(encoding="utf-8") if rst.is_file() else ""
+    if version in released:
+        if not rst_has_version(text, version):
+            return [f"CHANGELOG.rst has no section v{version}, yet changelogs/changelog.yaml releases {version}: the "
+                    f"tarball would ship a changelog without its own version; run `antsibull-changelog generate` "
+                    f"(make release does)"], []
+        return [], []
+    pending = len(porting_guide.fragment_files(root))
+    msg = (f"galaxy.yml's version {version} is not released yet ({pending} changelog fragment(s) wait for it; "
+           f"CHANGELOG.rst has no v{version}): a tarball built now is no release; `make release` releases it "
+           f"(tests/release/release.sh)")
+    return ([msg], []) if strict else ([], [msg])
+
+
+def check_porting_guide(root: Path, version: str, strict: bool) -> tuple[list[str], list[str]]:
+    diff = porting_guide.difference(root)
+    if not diff:
+        return [], []
+    released = version in {str(v) for v in load_releases(root)}
+    msg = (f"{porting_guide.GUIDE} is out of step with changelogs/ (python tests/release/porting_guide.py write"
+           f"{'' if released or strict else '; make release writes it'}):\n{diff}")
+    return ([msg], []) if released or strict else ([], [msg.splitlines()[0]])
+
+
+def check_unreleased_version_added(root: Path, version: str, strict: bool) -> tuple[list[str], list[str]]:
+    """version_added naming a version that is neither released nor galaxy.yml's (1.2.0, which became 2.0.0): Galaxy
+    would show a version nobody can install. release.sh sets them to the version it releases."""
+    released = {str(v) for v in load_releases(root)} | {version}
+    found: dict[str, list[str]] = {}
+    for path in content_files(root):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for m in VERSION_ADDED.finditer(text):
+            if m.group(1) not in released:
+                found.setdefault(m.group(1), []).append(f"{path.relative_to(root)}:{text.count(chr(10), 0, m.start(1)) + 1}")
+    msgs = [f"version_added {v}, a version never released, in {len(w)} place(s) ({', '.join(w[:5])}"
+            f"{', ...' if len(w) > 5 else ''}): the release sets them to {version} (tests/release/release.sh)"
+            for v, w in sorted(found.items())]
+    return (msgs, []) if strict else ([], msgs)
 
 
 def check_execution_environment(root: Path, version: str) -> list[str]:
@@ -158,28 +341,45 @@ def check_filter_entries(root: Path, pending: dict[str, str] | None = None) -> t
     return errors, notes
 
 
-def check(root: Path) -> tuple[str, list[str]]:
+def check(root: Path, strict: bool = False) -> tuple[str, list[str]]:
+    return check_all(root, strict)[:2]
+
+
+def check_all(root: Path, strict: bool = False) -> tuple[str, list[str], list[str]]:
+    """(galaxy.yml's version, errors, notes). strict: the tree must be a release (release.sh, before an upload)."""
     galaxy = yaml.safe_load((root / "galaxy.yml").read_text(encoding="utf-8"))
     version = str(galaxy["version"])
     try:
         parse_version(version)
     except ValueError as exc:
-        return version, [f"galaxy.yml: version {exc}"]
-    return version, (check_version_added(root, version) + check_changelog(root, version)
-                     + check_execution_environment(root, version) + check_filter_entries(root)[0])
+        return version, [f"galaxy.yml: version {exc}"], []
+    errors = check_version_added(root, version) + check_changelog(root, version) + check_execution_environment(root, version)
+    filter_errors, notes = check_filter_entries(root)
+    errors += filter_errors
+    for found, noted in (check_semver(root, version), check_released_tree(root, version),
+                         check_changelog_rst(root, version, strict), check_porting_guide(root, version, strict),
+                         check_unreleased_version_added(root, version, strict)):
+        errors += found
+        notes += noted
+    return version, errors, notes
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[1] if len(argv) > 1 else Path(__file__).resolve().parents[2]).resolve()
-    version, errors = check(root)
-    for note in check_filter_entries(root)[1]:
+    args = argv[1:]
+    strict = "--release" in args
+    args = [a for a in args if a != "--release"]
+    root = Path(args[0] if args else Path(__file__).resolve().parents[2]).resolve()
+    version, errors, notes = check_all(root, strict)
+    for note in notes:
         print(f"release check: note: {note}", file=sys.stderr)
     for e in errors:
         print(f"release check: {e}", file=sys.stderr)
     if errors:
         return 1
     print(f"release check: galaxy.yml {version}: no version_added newer, changelog and fragments consistent, "
-          f"execution-environment.yml installs k8sgpu-nvidia-{version}.tar.gz, one Galaxy entry per filter")
+          f"breaking changes only in a major release, {'the release' if strict else 'no released version'} rebuilt "
+          f"from another tree, execution-environment.yml installs k8sgpu-nvidia-{version}.tar.gz, one Galaxy entry "
+          f"per filter" + (", CHANGELOG.rst and the porting guide have it" if strict else ""))
     return 0
 
 

@@ -35,13 +35,38 @@ files=$(grep -vc '/$' <<<"$listing")
 echo "tarball: $tarball, $(stat -c %s "$tarball") bytes, $files files"
 
 # Nothing a user does not run: tests, lab, development files, logs and archives, caches.
-bad=$(grep -E '^(tests|molecule|lab|bench|collections|\.[^/]+|inventories/lab|changelogs/fragments|context)(/|$)|(^|/)(__pycache__|Makefile|ansible\.cfg|pytest\.ini|requirements-(dev|importer|compat)\.txt)$|^execution-environment\.yml$|^docs(/|$)|\.(pyc|log|jsonl|tar\.xz|tar\.gz|orig|rej)$|^changelogs/\.plugin-cache\.yaml$|^site\.yml$' <<<"$listing" || true)
+bad=$(grep -E '^(tests|molecule|lab|bench|collections|\.[^/]+|inventories/lab|changelogs/fragments|context)(/|$)|(^|/)(__pycache__|Makefile|ansible\.cfg|pytest\.ini|requirements-(dev|importer|compat)\.txt)$|^execution-environment\.yml$|\.(pyc|log|jsonl|tar\.xz|tar\.gz|orig|rej)$|^changelogs/\.plugin-cache\.yaml$|^site\.yml$' <<<"$listing" || true)
 if [ -n "$bad" ]; then echo "development-only files in the tarball (galaxy.yml build_ignore):" >&2; echo "$bad" >&2; exit 1; fi
+# docs/: only the documents written for users (the threat model, the porting guide, what a run stopped part-way leaves);
+# the rest of docs/ (hardware evidence, benchmarks, the development guide) stays in the repository.
+user_docs='docs/security.md docs/porting_guide_2.rst docs/reliability.md'
+other_docs=$(grep -E '^docs/.*[^/]$' <<<"$listing" | grep -vxF -f <(tr ' ' '\n' <<<"$user_docs") || true)
+if [ -n "$other_docs" ]; then
+  echo "files of docs/ in the tarball that are not user documents ($user_docs): add them to galaxy.yml's" \
+    "build_ignore, or to user_docs in $0 if users need them:" >&2
+  echo "$other_docs" >&2; exit 1
+fi
+# Nothing large: the tarball is what a user runs and reads.
+size=$(stat -c %s "$tarball"); max=${RELEASE_MAX_TARBALL_BYTES:-1500000}
+if [ "$size" -gt "$max" ]; then
+  echo "the tarball is $size bytes, over $max: its largest files:" >&2
+  tar tvzf "$tarball" | sort -k3 -n -r | head -10 >&2; exit 1
+fi
 for need in MANIFEST.json FILES.json README.md LICENSE requirements.txt requirements-gke.txt requirements-eks.txt \
   requirements-cert.txt requirements-ee.txt requirements-eda.txt extensions/eda/rulebooks/gpu_health.yml meta/runtime.yml meta/execution-environment.yml \
-  changelogs/changelog.yaml playbooks/site.yml inventories/example/hosts.yml; do
+  changelogs/changelog.yaml CHANGELOG.rst $user_docs playbooks/site.yml inventories/example/hosts.yml; do
   grep -qx "$need" <<<"$listing" || { echo "missing from the tarball: $need" >&2; exit 1; }
 done
+
+# The shipped CHANGELOG.rst has the section of the version built, once that version is released (changelog.yaml); a
+# build between releases is no release (tests/release/release_check.py says so; --release refuses it).
+if grep -qE "^  ${version//./[.]}:" "$repo/changelogs/changelog.yaml"; then
+  tar xzf "$tarball" -O CHANGELOG.rst | grep -A1 -x "v$version" | grep -qE '^=+$' \
+    || { echo "the tarball's CHANGELOG.rst has no section v$version (released in changelogs/changelog.yaml)" >&2; exit 1; }
+  echo "the tarball's CHANGELOG.rst has v$version"
+else
+  echo "note: $version is not released yet (changelogs/changelog.yaml): this tarball is a development build"
+fi
 
 # RELEASE_INSTALL_CHECK=0 (make test's release-check: make compat installs the tarball and checks every playbook at
 # both ends of the dependency ranges): the tarball and its contents only.
