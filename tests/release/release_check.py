@@ -377,8 +377,7 @@ def main(argv: list[str]) -> int:
     if errors:
         return 1
     print(f"release check: galaxy.yml {version}: no version_added newer, changelog and fragments consistent, "
-          f"breaking changes only in a major release, {'the release' if strict else 'no released version'} rebuilt "
-          f"from another tree, execution-environment.yml installs k8sgpu-nvidia-{version}.tar.gz, one Galaxy entry "
+          f"breaking changes only in a major release, no released version rebuilt from another tree, execution-environment.yml installs k8sgpu-nvidia-{version}.tar.gz, one Galaxy entry "
           f"per filter" + (", CHANGELOG.rst and the porting guide have it" if strict else ""))
     return 0
 
