@@ -117,7 +117,7 @@ def test_the_private_role_checks_before_it_writes_anything():
     writes = [next(i for i, n in enumerate(names) if n.startswith("Create the namespace")),
               names.index("Give the fields the collection's earlier writers set to its field manager"),
               names.index("Apply the objects"),
-              names.index("Apply the objects one at a time (with --diff, or a namespace still to be created)"),
+              names.index("Apply the objects one at a time"),
               next(i for i, t in enumerate(block) if t.get("ansible.builtin.include_tasks") == "remove.yml")]
     assert read < check < min(writes)
     task = block[read]["k8sgpu.nvidia.k8s_namespace_objects"]
