@@ -582,7 +582,7 @@ def run_vector_add(driver: Any, devices: Sequence[int] | None = None, elements: 
     cannot be initialised, no GPU is found (with fail_on_no_gpu), a device
     index does not exist, or any GPU fails.
     """
-    report: dict[str, Any] = {"cuda_driver_version": None, "device_count": 0, "results": [], "passed": False, "init_ms": None}
+    report: dict[str, Any] = {"cuda_driver_version": None, "device_count": 0, "gpus": [], "passed": False, "init_ms": None}
     # An empty list means every GPU, like an omitted one: a run that tests no GPU must never pass.
     devices = list(devices) if devices else None
     if elements_error(elements):
@@ -617,9 +617,9 @@ def run_vector_add(driver: Any, devices: Sequence[int] | None = None, elements: 
     for index in wanted:
         result = check_gpu(driver, index, elements, clock)
         init_s += (result["init_ms"] or 0.0) / 1000.0
-        report["results"].append(result)
+        report["gpus"].append(result)
     report["init_ms"] = _ms(init_s)
-    report["passed"] = all(r["passed"] for r in report["results"])
+    report["passed"] = all(r["passed"] for r in report["gpus"])
     if not report["passed"]:
-        raise VectorAddError(failure_message(report["results"]), report)
+        raise VectorAddError(failure_message(report["gpus"]), report)
     return report

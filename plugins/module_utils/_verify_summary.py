@@ -42,7 +42,7 @@ def verify_node_result(result: Any) -> dict:
         raise VerifySummaryError(f"verify_node_result expects the registered result of cuda_vector_add, got {result!r}")
     if result.get("skipped"):
         return {"status": "skipped", "text": "skipped (no GPU or driver)", "failures": []}
-    gpus = [r for r in result.get("results") or [] if isinstance(r, Mapping)]
+    gpus = [r for r in result.get("gpus") or [] if isinstance(r, Mapping)]
     bad = [r for r in gpus if not r.get("passed")]
     if result.get("failed") or bad or not gpus:
         failures = [_gpu_failure(r) for r in bad] or [str(result.get("msg") or "cuda_vector_add failed without a message")]
@@ -100,7 +100,7 @@ def verify_summary(hosts: Sequence[str], hostvars: Any, cluster: Any) -> dict:
     if isinstance(hosts, str) or not isinstance(hosts, Sequence):
         raise VerifySummaryError(f"verify_summary expects a list of inventory hosts, got {hosts!r}")
     cluster = cluster if isinstance(cluster, Mapping) else {}
-    cluster_results = [r for r in cluster.get("results") or [] if isinstance(r, Mapping)]
+    cluster_results = [r for r in cluster.get("jobs") or [] if isinstance(r, Mapping)]
     by_node = {r.get("node"): r for r in cluster_results}
     rows: list[tuple[list[str], list[str]]] = []
     failures: list[str] = []

@@ -56,7 +56,7 @@ options:
   fail_on_no_gpu:
     description:
       - Fail when the CUDA driver finds no GPU (C(cuInit) returns C(CUDA_ERROR_NO_DEVICE), or the count is 0).
-      - With V(false) the task then succeeds with empty RV(results). A missing driver library fails either way.
+      - With V(false) the task then succeeds with empty RV(gpus). A missing driver library fails either way.
     type: bool
     default: true
 requirements:
@@ -84,7 +84,7 @@ EXAMPLES = r"""
 
 - name: Show the per-GPU timings
   ansible.builtin.debug:
-    msg: "{{ vector_add.results | map(attribute='kernel_ms') | list }}"
+    msg: "{{ vector_add.gpus | map(attribute='kernel_ms') | list }}"
 
 - name: Test GPUs 0 and 3 with bigger vectors
   k8sgpu.nvidia.cuda_vector_add:
@@ -97,8 +97,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-results:
-  description: Per GPU tested, in the order tested. On failure, the GPUs tested so far.
+gpus:
+  description:
+    - Per GPU tested, in the order tested. On failure, the GPUs tested so far.
+    - Named C(results) before 2.0.0, the key Ansible reads as the results of a loop.
   returned: always
   type: list
   elements: dict
@@ -174,7 +176,7 @@ passed:
 init_ms:
   description:
     - Milliseconds of setup - C(cuInit) and the device count, plus each tested GPU's context and PTX JIT
-      (RV(results[].init_ms)). The first C(cuInit) after the driver loads can take seconds without persistence mode.
+      (RV(gpus[].init_ms)). The first C(cuInit) after the driver loads can take seconds without persistence mode.
     - V(null) when the driver could not be initialised.
   returned: always
   type: float
@@ -204,7 +206,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    empty = dict(changed=False, results=[], cuda_driver_version=None, device_count=0, passed=False, init_ms=None)
+    empty = dict(changed=False, gpus=[], cuda_driver_version=None, device_count=0, passed=False, init_ms=None)
     if elements_error(p["elements"]):
         module.fail_json(msg=elements_error(p["elements"]), **empty)
     # CUDA's own default order is fastest first; nvidia-smi and NVML (so the device plugin) number GPUs by PCI address.

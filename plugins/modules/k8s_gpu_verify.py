@@ -135,8 +135,10 @@ passed:
   description: Whether every Job printed C(Test PASSED) (or, with O(require_logs=false), succeeded without logs).
   returned: always
   type: bool
-results:
-  description: One entry per Job.
+jobs:
+  description:
+    - One entry per Job.
+    - Named C(results) before 2.0.0, the key Ansible reads as the results of a loop.
   returned: always
   type: list
   elements: dict
@@ -279,7 +281,7 @@ def main() -> None:
         module.fail_json(msg=f"Could not create the cuda-vector-add Job in namespace {p['namespace']}: {api_error_message(exc)}")
     if module.check_mode:
         module.exit_json(changed=False, passed=True, elapsed_s=0.0, msg=f"check mode: {len(jobs)} Job(s) validated by the API server",
-                         results=[{"job": n, "node": pinned[n], "status": "not_run", "passed": None, "reason": "check mode",
+                         jobs=[{"job": n, "node": pinned[n], "status": "not_run", "passed": None, "reason": "check mode",
                                    "duration_s": 0.0, "log_tail": []} for n in jobs])
 
     results: dict = {}
@@ -320,7 +322,7 @@ def main() -> None:
                 module.warn(f"Could not delete the verify Jobs (label {RUN_LABEL}={run_id}): {api_error_message(exc)}")
     ordered = [results[n] for n in jobs]
     ok = all(r["passed"] or (r["status"] == "completed_no_logs" and not p["require_logs"]) for r in ordered)
-    out = dict(changed=not p["cleanup"], passed=ok, results=ordered, elapsed_s=round(time.monotonic() - start, 2))
+    out = dict(changed=not p["cleanup"], passed=ok, jobs=ordered, elapsed_s=round(time.monotonic() - start, 2))
     if not ok:
         bad = [r for r in ordered if not (r["passed"] or (r["status"] == "completed_no_logs" and not p["require_logs"]))]
         module.fail_json(msg=f"cuda-vector-add failed for {len(bad)} of {len(ordered)} Job(s): "

@@ -262,7 +262,7 @@ def test_verify_jobs_restricted_with_a_user_and_refused_without_one(core, fresh)
     args = {"namespace": ns, "per_node": True, "nodes": GPU_NODES[:1], "require_logs": False}
     rc, out = verify({**args, "timeout": 15})
     assert rc != 0
-    reason = out["results"][0]["reason"]
+    reason = out["jobs"][0]["reason"]
     # Refused for the user alone: seccomp, capabilities and privilege escalation already pass restricted.
     assert 'violates PodSecurity "restricted:latest"' in reason and "runAsNonRoot" in reason, reason
     for passed in ("seccompProfile", "allowPrivilegeEscalation", "capabilities"):
@@ -270,7 +270,7 @@ def test_verify_jobs_restricted_with_a_user_and_refused_without_one(core, fresh)
 
     rc, out = verify({**args, "timeout": 60, "run_as_user": 1000, "cleanup": False})
     assert rc == 0, out.get("msg")
-    assert out["results"][0]["status"] == "completed_no_logs"
+    assert out["jobs"][0]["status"] == "completed_no_logs"
     pods = core.list_namespaced_pod(ns, label_selector="k8sgpu.nvidia/verify-run").items
     assert pods
     for pod in pods:
@@ -289,4 +289,4 @@ def test_verify_jobs_pass_baseline_as_the_images_user(core, fresh):
     rc, out = verify({"namespace": ns, "per_node": True, "nodes": GPU_NODES[:1], "require_logs": False,
                       "timeout": 60})
     assert rc == 0, out.get("msg")
-    assert out["results"][0]["status"] == "completed_no_logs"
+    assert out["jobs"][0]["status"] == "completed_no_logs"

@@ -88,10 +88,10 @@ def test_pinned_job_lands_on_its_node_when_the_hostname_label_differs(core, rena
               env_extra={"ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"})
     out = json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
     batch = client.BatchV1Api(core.api_client)
-    run_id = out["results"][0]["job"].split("-")[2] if out.get("results") else None
+    run_id = out["jobs"][0]["job"].split("-")[2] if out.get("jobs") else None
     try:
         assert res.returncode == 0, out.get("msg")
-        assert out["results"][0]["status"] == "completed_no_logs", out["results"]
+        assert out["jobs"][0]["status"] == "completed_no_logs", out["jobs"]
         pods = core.list_namespaced_pod("default", label_selector=f"k8sgpu.nvidia/verify-run={run_id}").items
         assert [p.spec.node_name for p in pods] == [renamed_node]  # the real scheduler placed it there
     finally:

@@ -31,8 +31,8 @@ def test_jobs_complete_on_each_gpu_node_but_never_claim_passed_without_logs(core
     rc, out = verify({"per_node": True, "nodes": GPU_NODES, "require_logs": False, "timeout": 60})
     assert rc == 0, out.get("msg")
     assert out["passed"] is True and not out["changed"]
-    assert [r["node"] for r in out["results"]] == GPU_NODES
-    for r in out["results"]:
+    assert [r["node"] for r in out["jobs"]] == GPU_NODES
+    for r in out["jobs"]:
         assert r["status"] == "completed_no_logs" and r["passed"] is None
         assert r["reason"].startswith("completed, logs unavailable")
         assert "Test PASSED" not in json.dumps(r)
@@ -48,7 +48,7 @@ def test_missing_logs_fail_when_required():
 def test_node_without_gpus_stays_pending_as_insufficient_gpu(core):
     rc, out = verify({"per_node": True, "nodes": [f"{LAB_NAME}-cpu-1", GPU_NODES[0]], "require_logs": False, "timeout": 15})
     assert rc != 0
-    bad, good = out["results"]
+    bad, good = out["jobs"]
     assert bad["status"] == "pending" and "Insufficient nvidia.com/gpu" in bad["reason"], bad
     assert bad["reason"].startswith("timeout after 15 s")
     assert good["status"] == "completed_no_logs"
@@ -70,7 +70,7 @@ def only_gpu_nodes_labelled(core):
 def test_more_gpus_than_any_node_has(only_gpu_nodes_labelled):
     rc, out = verify({"gpus": 1000, "node_selector": only_gpu_nodes_labelled, "require_logs": False, "timeout": 10})
     assert rc != 0
-    res = out["results"][0]
+    res = out["jobs"][0]
     assert res["status"] == "pending" and res["reason"].startswith("timeout after 10 s: Unschedulable: "), res
     # Both GPU nodes match the selector and have too few GPUs; every other node is rejected by the selector.
     assert f"{len(GPU_NODES)} Insufficient nvidia.com/gpu" in res["reason"], res
@@ -78,7 +78,7 @@ def test_more_gpus_than_any_node_has(only_gpu_nodes_labelled):
 
 def test_check_mode_creates_nothing(core):
     rc, out = verify({"per_node": True, "nodes": GPU_NODES, "timeout": 60}, "--check")
-    assert rc == 0 and out["results"][0]["status"] == "not_run"
+    assert rc == 0 and out["jobs"][0]["status"] == "not_run"
     assert _leftover_jobs(core) == []
 
 

@@ -16,16 +16,16 @@ def gpu(index, uuid, passed=True, error=None, time_ms=0.61):
 
 
 # Registered results of the cuda_vector_add task, as the module returns them.
-PASSED = {"changed": False, "passed": True, "results": [gpu(0, UUID0), gpu(1, UUID1, time_ms=0.5)]}
+PASSED = {"changed": False, "passed": True, "gpus": [gpu(0, UUID0), gpu(1, UUID1, time_ms=0.5)]}
 WRONG_RESULTS = {
     "failed": True, "passed": False,
     "msg": "vectorAdd failed on 1 of 2 GPU(s): GPU 1 (NVIDIA H100 80GB HBM3): 3 of 50000 elements wrong, first at index 7: "
            "0.5 + 0.25 gave 0.0, expected 0.75",
-    "results": [gpu(0, UUID0), gpu(1, UUID1, passed=False, time_ms=0.7,
+    "gpus": [gpu(0, UUID0), gpu(1, UUID1, passed=False, time_ms=0.7,
                                    error="GPU 1 (NVIDIA H100 80GB HBM3): 3 of 50000 elements wrong, first at index 7: "
                                          "0.5 + 0.25 gave 0.0, expected 0.75")],
 }
-NO_DRIVER = {"failed": True, "passed": False, "results": [],
+NO_DRIVER = {"failed": True, "passed": False, "gpus": [],
              "msg": "Cannot load the CUDA driver library libcuda.so.1 (libcuda.so.1: cannot open shared object file)"}
 SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
 
@@ -48,7 +48,7 @@ def test_node_result_without_per_gpu_results_gives_the_modules_reason():
 
 
 def test_node_result_gpu_without_uuid_and_error():
-    res = verify_node_result({"failed": True, "msg": "m", "results": [{"index": 2, "passed": False, "uuid": None, "error": None}]})
+    res = verify_node_result({"failed": True, "msg": "m", "gpus": [{"index": 2, "passed": False, "uuid": None, "error": None}]})
     assert res["failures"] == ["GPU 2: failed"]
 
 
@@ -84,7 +84,7 @@ def hostvars():
     return hv
 
 
-CLUSTER_OK = {"changed": False, "passed": True, "results": [
+CLUSTER_OK = {"changed": False, "passed": True, "jobs": [
     {"node": "gpu-a", "status": "passed", "reason": "Test PASSED"},
     {"node": "gpu-b", "status": "passed", "reason": "Test PASSED"},
     {"node": "gpu-c", "status": "passed", "reason": "Test PASSED"},
@@ -114,7 +114,7 @@ def test_summary_rows_and_failures():
 
 def test_summary_cluster_failure_and_skip():
     failed = {"failed": True, "msg": "cuda-vector-add failed for 1 of 1 Job(s): gpu-a: timeout after 15 s: Unschedulable",
-              "results": [{"node": "gpu-a", "status": "pending", "reason": "timeout after 15 s: Unschedulable: 0/5 nodes"}]}
+              "jobs": [{"node": "gpu-a", "status": "pending", "reason": "timeout after 15 s: Unschedulable: 0/5 nodes"}]}
     out = verify_summary(["gpu-a.example.net"], hostvars(), failed)
     assert "pending: timeout after 15 s: Unschedulable" in out["text"]
     assert out["failures"] == [f"in cluster: {failed['msg']}"]
@@ -142,7 +142,7 @@ def test_summary_says_what_a_host_without_a_loaded_driver_could_not_prove():
     hv["ok"] = host(PASSED)
     for name, vars_ in hv.items():
         vars_["ansible_facts"]["nodename"] = name
-    cluster = {"changed": False, "passed": True, "results": [
+    cluster = {"changed": False, "passed": True, "jobs": [
         {"node": "lab-1", "status": "completed_no_logs", "reason": "completed, logs unavailable"},
         {"node": "lab-2", "status": "completed_no_logs", "reason": "completed, logs unavailable"},
         {"node": "ok", "status": "passed", "reason": "Test PASSED"},

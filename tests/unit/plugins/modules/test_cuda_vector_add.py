@@ -191,8 +191,8 @@ def test_success_computes_and_checks_every_element(monkeypatch):
     res = out.result
     assert res["changed"] is False and res["passed"] is True
     assert res["cuda_driver_version"] == "13.0" and res["device_count"] == 2
-    assert [r["index"] for r in res["results"]] == [0, 1]
-    first = res["results"][0]
+    assert [r["index"] for r in res["gpus"]] == [0, 1]
+    first = res["gpus"][0]
     assert first["name"] == H100 and first["compute_capability"] == "9.0"
     assert first["uuid"] == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
     assert first["pci_bus_id"] == "0000:18:00.0"
@@ -227,7 +227,7 @@ def test_corrupted_kernel_output_fails_with_elements_wrong(monkeypatch):
     want = (f"GPU 0 ({H100}): 3 of 50000 elements wrong, first at index 17: "
             f"{cd.format_float32(a[17])} + {cd.format_float32(b[17])} gave 0.0, expected {cd.format_float32(a[17] + b[17])}")
     assert out.result["msg"] == f"vectorAdd failed on 1 of 1 GPU(s): {want}"
-    gpu = out.result["results"][0]
+    gpu = out.result["gpus"][0]
     assert (gpu["passed"], gpu["mismatches"], gpu["first_mismatch"], gpu["error"]) == (False, 3, 17, want)
     assert out.result["passed"] is False and out.result["changed"] is False
     driver.assert_all_released()
@@ -267,7 +267,7 @@ def test_only_the_bad_gpu_fails_and_every_gpu_is_tested(monkeypatch):
     out = run_module(monkeypatch, {"elements": 600}, driver)
     assert out.failed
     assert out.result["msg"].startswith("vectorAdd failed on 1 of 3 GPU(s): GPU 1 (GPU B): 1 of 600 elements wrong, first at index 599: ")
-    assert [r["passed"] for r in out.result["results"]] == [True, False, True]
+    assert [r["passed"] for r in out.result["gpus"]] == [True, False, True]
     driver.assert_all_released()
 
 
@@ -275,7 +275,7 @@ def test_devices_selects_in_order_without_repeats(monkeypatch):
     driver = FakeDriver(gpus=["g0", "g1", "g2", "g3"])
     out = run_module(monkeypatch, {"devices": [3, 1, 3], "elements": 10}, driver)
     assert not out.failed
-    assert [(r["index"], r["name"]) for r in out.result["results"]] == [(3, "g3"), (1, "g1")]
+    assert [(r["index"], r["name"]) for r in out.result["gpus"]] == [(3, "g3"), (1, "g1")]
 
 
 def test_device_index_out_of_range(monkeypatch):
@@ -283,7 +283,7 @@ def test_device_index_out_of_range(monkeypatch):
     out = run_module(monkeypatch, {"devices": [0, 9]}, driver)
     assert out.failed
     assert out.result["msg"] == "devices: no GPU 9 on this node; the CUDA driver sees 8 (indices 0-7)"
-    assert out.result["results"] == [] and out.result["device_count"] == 8
+    assert out.result["gpus"] == [] and out.result["device_count"] == 8
     assert driver.launches == []
 
 
@@ -302,13 +302,13 @@ def test_cuinit_failure_names_the_error(monkeypatch, code, name, hint):
     if hint:
         assert hint in msg
     assert out.result["cuda_driver_version"] == "13.0"  # read before cuInit, to help with mismatches
-    assert out.result["results"] == []
+    assert out.result["gpus"] == []
 
 
 def test_no_device_with_fail_on_no_gpu_false_passes(monkeypatch):
     out = run_module(monkeypatch, {"fail_on_no_gpu": False}, FakeDriver(fail={"init": 100}))
     assert not out.failed
-    assert out.result["results"] == [] and out.result["passed"] is True and out.result["device_count"] == 0
+    assert out.result["gpus"] == [] and out.result["passed"] is True and out.result["device_count"] == 0
 
 
 def test_zero_devices_fails_by_default(monkeypatch):
@@ -348,7 +348,7 @@ def test_cuda_error_on_a_gpu_fails_and_frees_everything(monkeypatch, method, cal
     out = run_module(monkeypatch, {"elements": 100}, driver)
     assert out.failed
     assert out.result["msg"].startswith(f"vectorAdd failed on 1 of 1 GPU(s): GPU 0 ({H100}): {call} failed with {name} ({code}")
-    gpu = out.result["results"][0]
+    gpu = out.result["gpus"][0]
     assert gpu["passed"] is False and gpu["mismatches"] is None and gpu["name"] == H100
     driver.assert_all_released()
 
@@ -360,7 +360,7 @@ def test_library_missing(monkeypatch, tmp_path):
     msg = out.result["msg"]
     assert msg.startswith(f"Cannot load the CUDA driver library {path} (")
     assert "the NVIDIA driver's user-space library is missing or not in the linker cache" in msg
-    assert out.result["results"] == [] and out.result["passed"] is False
+    assert out.result["gpus"] == [] and out.result["passed"] is False
 
 
 def test_elements_must_be_positive(monkeypatch):
@@ -374,7 +374,7 @@ def test_timings_bracket_the_right_calls():
     clock = SimpleNamespace(now=100.0)
     driver = FakeDriver(gpus=["a", "b"], clock=clock)
     report = cd.run_vector_add(driver, elements=64, clock=lambda: clock.now)
-    gpu = report["results"][0]
+    gpu = report["gpus"][0]
     assert gpu["init_ms"] == 500.0  # context and JIT (the fake's load_module takes 0.5 s)
     assert gpu["kernel_ms"] == 2.0  # launch until cuCtxSynchronize returned (0.002 s)
     assert gpu["time_ms"] == 2.0  # alloc, copies, kernel and copy back, not the JIT
@@ -495,4 +495,4 @@ def test_empty_device_list_tests_every_gpu(monkeypatch):
     # every GPU, never zero GPUs reported as passed.
     out = run_module(monkeypatch, {"devices": []}, FakeDriver(gpus=[H100, H100]))
     assert not out.failed, out.result["msg"]
-    assert [r["index"] for r in out.result["results"]] == [0, 1]
+    assert [r["index"] for r in out.result["gpus"]] == [0, 1]

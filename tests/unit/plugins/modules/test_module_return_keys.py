@@ -29,6 +29,8 @@ STATUS = {
     "unreachable": "the host was unreachable",
     "changed": "the task changed something (the status only; its own RETURN entry is not needed)",
     "rc": "a non-zero rc marks the task failed when 'failed' is missing",
+    "results": "a loop's results: Ansible ORs changed, failed and skipped over its items (cuda_vector_add and "
+               "k8s_gpu_verify returned it before 2.0.0; now gpus and jobs)",
 }
 HANDLED = {
     "attempts": "until/retries", "retries": "until/retries",
@@ -45,12 +47,24 @@ RESERVED = {**STATUS, **HANDLED}
 LOOP_ITEM_RESERVED = {"changed", "failed", "skipped", "unreachable", "failed_when_result"}
 
 
+def _core_result_keys() -> tuple[set, set]:
+    """(ignored, preserved): the result keys ansible-core drops or keeps itself; ansible-core 2.21 moved them from
+    ansible.executor.task_result (_IGNORE, _PRESERVE) to ansible._internal._task (PRESERVE; failed and skipped are
+    result fields of their own there)."""
+    if hasattr(task_result, "_PRESERVE"):
+        return set(task_result._IGNORE), set(task_result._PRESERVE)
+    from ansible._internal import _task
+    return {"failed", "skipped"}, set(_task.PRESERVE)
+
+
 def test_the_reserved_names_are_ansibles():
     """The names checked include the ones ansible-core itself ignores, preserves or strips (so the list is not stale)."""
-    assert set(task_result._IGNORE) <= set(RESERVED)
-    assert set(task_result._PRESERVE) - {"_ansible_no_log"} <= set(RESERVED)
+    ignored, preserved = _core_result_keys()
+    assert ignored <= set(RESERVED) and preserved - {"_ansible_no_log"} <= set(RESERVED)
+    assert {"changed", "attempts", "warnings"} <= preserved
     from ansible import constants
-    assert set(constants.INTERNAL_RESULT_KEYS) <= set(RESERVED)
+    # add_host and add_group: constants.INTERNAL_RESULT_KEYS up to ansible-core 2.20
+    assert set(getattr(constants, "INTERNAL_RESULT_KEYS", ("add_host", "add_group"))) <= set(RESERVED)
     assert set(constants.RESTRICTED_RESULT_KEYS) - {"ansible_facts"} <= set(RESERVED)
 
 
@@ -83,9 +97,11 @@ def test_the_return_check_refuses_what_the_old_drain_returned():
     """The check catches the key k8s_node_maintenance documented in 1.0.0, and a loop item's status."""
     old = {"evicted": {"type": "list"}, "skipped": {"type": "list", "description": "Pods left on the Node"}}
     assert reserved_in_return(old) == [f"skipped ({STATUS['skipped']})"]
+    loop = f"results ({STATUS['results']})"
     assert reserved_in_return({"results": {"type": "list", "contains": {"failed": {"type": "bool"}}}}) \
-        == ["results[].failed (loop results: failed of the task)"]
-    assert reserved_in_return({"results": {"type": "list", "contains": {"passed": {"type": "bool"}}}}) == []
+        == [loop, "results[].failed (loop results: failed of the task)"]
+    # what cuda_vector_add and k8s_gpu_verify returned before 2.0.0
+    assert reserved_in_return({"results": {"type": "list", "contains": {"passed": {"type": "bool"}}}}) == [loop]
 
 
 # ---------------------------------------------------------------- the code
@@ -130,7 +146,7 @@ NOT_A_RESULT = {
     ("_aws_common.py", "retries"),  # botocore's Config(retries={...}), not a result
 }
 STATUS_IN_CODE = {"skipped", "skip_reason", "failed", "failed_when_result", "unreachable", "rc", "attempts",
-                  "ansible_job_id", "finished", "results_file", "add_host", "add_group", "ansible_stats"}
+                  "ansible_job_id", "finished", "results_file", "add_host", "add_group", "ansible_stats", "results"}
 
 
 @pytest.mark.parametrize("path", MODULES + MODULE_UTILS, ids=[f"{p.parent.name}/{p.stem}" for p in MODULES + MODULE_UTILS])
