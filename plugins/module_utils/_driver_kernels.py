@@ -437,3 +437,67 @@ def read_kernels(root: Any = "/", running: str = "", branch: str = "", host: str
     boot = boot_kernel(root, kernels)
     return {"kernels": kernels, "branch": branch, "running_kernel": running, "boot": boot,
             "reboot": reboot_decision(host, kernels, boot, branch)}
+
+
+def read_boot_time_from(btime: int, pid1_stat: str, clock_ticks: int, name: str = "1/stat") -> float:
+    """The kernel's btime plus PID 1's start time (field 22 of its stat, clock ticks after the boot)."""
+    # The command name (field 2) is in parentheses and may hold spaces and parentheses: fields after its last ')'.
+    fields = pid1_stat[pid1_stat.rindex(")") + 2:].split()
+    if len(fields) < 20:
+        raise ValueError(f"{name} has {len(fields) + 2} fields, not the 22 or more of Linux's proc(5)")
+    return btime + int(fields[19]) / clock_ticks
+
+
+def read_boot_time(proc_root: Path, clock_ticks: int) -> float:
+    """When PID 1 started, from <proc_root>/stat and <proc_root>/1/stat; ValueError names the file it cannot read."""
+    stat = proc_root / "stat"
+    btime = next((line.split()[1] for line in stat.read_text().splitlines() if line.startswith("btime ")), None)
+    if btime is None:
+        raise ValueError(f"{stat} has no btime line")
+    pid1 = proc_root / "1" / "stat"
+    return read_boot_time_from(int(btime), pid1.read_text(), clock_ticks, str(pid1))
+
+
+def newest_module(modules_root: Path) -> tuple[str | None, float | None, list[str]]:
+    """The newest nvidia*.ko* by ctime under <modules_root>/<kernel>/, its ctime, and the kernels that have one."""
+    newest: tuple[str | None, float | None] = (None, None)
+    kernels = set()
+    if not modules_root.is_dir():
+        return None, None, []
+    for kernel in sorted(p for p in modules_root.iterdir() if p.is_dir() and not p.is_symlink()):
+        # The driver's modules only: the kernel's own nvidia*.ko (kernel/drivers/...) do not count.
+        for path in driver_module_paths(kernel):
+            ctime = os.lstat(path).st_ctime
+            kernels.add(kernel.name)
+            if newest[1] is None or ctime > newest[1]:
+                newest = (path, ctime)
+    return newest[0], newest[1], sorted(kernels)
+
+
+def describe(module_file: str | None, kernels: list[str], running: str, since_boot: bool) -> str:
+    """The report's text: a module to load by booting, none, or why booting again would not load it."""
+    if module_file is None:
+        return "no NVIDIA kernel module file under the modules root"
+    if since_boot:
+        return f"the kernel module {module_file} was installed after the boot: a reboot loads it"
+    if running not in kernels:
+        why = f"the running kernel {running} has no NVIDIA module (built for {', '.join(kernels)})"
+    else:
+        why = f"the running kernel {running} has one; if no driver is loaded, see dmesg (Secure Boot signature, nouveau)"
+    return f"booted since the kernel module was installed ({module_file}): {why}"
+
+
+def boot_reading(proc_root: Path, modules_root: Path) -> dict:
+    """driver_reboot_check's result: when PID 1 started against the newest NVIDIA module file's change time.
+    ValueError names what procfs lacks."""
+    try:
+        boot_time = read_boot_time(proc_root, os.sysconf("SC_CLK_TCK"))
+        running = (proc_root / "sys/kernel/osrelease").read_text().strip()
+    except (OSError, ValueError, IndexError) as exc:
+        raise ValueError(f"cannot read the boot time from {proc_root}: {exc}. Is procfs mounted there (proc_root)?")
+    module_file, module_time, kernels = newest_module(modules_root)
+    since_boot = module_time is not None and module_time > boot_time
+    return {"boot_time": round(boot_time, 2), "module_time": None if module_time is None else round(module_time, 2),
+            "module_file": module_file, "module_kernels": kernels, "running_kernel": running,
+            "installed_since_boot": since_boot, "detail": describe(module_file, kernels, running, since_boot)}
+

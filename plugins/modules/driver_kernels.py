@@ -72,6 +72,19 @@ options:
     type: path
     default: /sys/firmware/efi
     version_added: 1.2.0
+  boot_check:
+    description:
+      - Also read, before any build, whether the host booted since the newest NVIDIA module file was installed
+        (RV(reboot_check), what M(k8sgpu.nvidia.driver_reboot_check) returns, one module run instead of two), and
+        fail when no kernel has an NVIDIA module file, naming DKMS's records and its build log.
+    type: bool
+    default: false
+    version_added: 1.2.0
+  proc_root:
+    description: Where procfs is mounted, for O(boot_check) (C(stat), C(1/stat), C(sys/kernel/osrelease)).
+    type: path
+    default: /proc
+    version_added: 1.2.0
 notes:
   - A host never boots the kernel it was checked for in a container; there only the build and the files are proven.
 seealso:
@@ -93,6 +106,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+reboot_check:
+  description:
+    - With O(boot_check), M(k8sgpu.nvidia.driver_reboot_check)'s result read before any build (C(boot_time),
+      C(module_time), C(module_file), C(module_kernels), C(running_kernel), C(installed_since_boot), C(detail); see
+      that module); null without.
+  returned: always
+  type: dict
+  sample: {"boot_time": 1795977601.52, "module_time": 1795978802.07, "installed_since_boot": true,
+           "module_file": /lib/modules/6.1.0-50-amd64/updates/dkms/nvidia-current.ko,
+           "module_kernels": [6.1.0-50-amd64], "running_kernel": 6.1.0-50-amd64,
+           "detail": "the kernel module ... was installed after the boot: a reboot loads it"}
 kernels:
   description:
     - Per installed kernel release - C(image) (a kernel image under /boot), C(headers), C(running), C(module_files),
@@ -185,11 +209,13 @@ summary:
 """
 
 import os
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _secure_boot
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import read_kernels, stale_initramfs
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import (
+    boot_reading, dkms_tree, read_kernels, stale_initramfs)
 
 
 def _summary(kernels: dict, boot: dict) -> list[str]:
@@ -207,6 +233,8 @@ def main() -> None:
             "host": {"type": "str", "default": ""},
             "efi_root": {"type": "path", "default": "/sys/firmware/efi"},
             "initramfs_configs": {"type": "list", "elements": "path", "default": []},
+            "boot_check": {"type": "bool", "default": False},
+            "proc_root": {"type": "path", "default": "/proc"},
         },
         supports_check_mode=True,
     )
@@ -214,6 +242,19 @@ def main() -> None:
     root = p["root"]
     running = os.uname().release
     read = read_kernels(root, running, p["branch"], p["host"])
+    reboot_check = None
+    if p["boot_check"]:
+        try:
+            reboot_check = boot_reading(Path(p["proc_root"]), Path(root, "lib/modules"))
+        except ValueError as exc:
+            module.fail_json(msg=f"{p['host'] or 'this host'}: {exc}")
+        if not reboot_check["module_kernels"]:
+            records = "; ".join(f"{d['module']}/{d['version']}" + (f" {d['kernel']} {d['arch']}" if d["kernel"] else "")
+                                + f": {d['state']}" for d in dkms_tree(Path(root))) or "none"
+            module.fail_json(msg=f"{p['host'] or 'this host'}: no kernel has an NVIDIA kernel module under "
+                                 f"/lib/modules: DKMS did not build or install it (DKMS's records: {records}). See "
+                                 "/var/lib/dkms/nvidia*/*/build/make.log, and check that kernel headers are installed.",
+                             reboot_check=reboot_check)
     to_build = [k for k, info in read["kernels"].items() if info["status"] == "not_built"] if p["build"] else []
     built, failures, would = [], {}, []
     if to_build and module.check_mode:
@@ -248,7 +289,7 @@ def main() -> None:
                      # Only what the role's handler rebuilds: initrds initramfs-tools tracks (/var/lib/initramfs-tools).
                      initramfs_stale=stale_initramfs(root, [k for k in read["kernels"] if os.path.exists(
                          os.path.join(root, "var/lib/initramfs-tools", k))], p["initramfs_configs"]),
-                     summary=_summary(read["kernels"], read["boot"]), **read)
+                     summary=_summary(read["kernels"], read["boot"]), reboot_check=reboot_check, **read)
 
 
 if __name__ == "__main__":

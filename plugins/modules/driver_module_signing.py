@@ -176,6 +176,7 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _atomic_file
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _secure_boot as sb
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import (
     boot_kernel, dkms_tree, installed_kernels, module_files)
@@ -197,22 +198,17 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def _write(path: str, data: bytes, mode: int, dir_mode: int) -> None:
-    """Atomically: a temporary file beside it, fsync, rename."""
+def _write(module: AnsibleModule, path: str, data: bytes, exists: bool, mode: int, dir_mode: int) -> None:
+    """Atomically (_atomic_file.write_file: a temporary file beside it, fsync, rename), the file and a directory
+    this module made given their modes whatever the umask; an existing file gets ``mode`` too (a key made 0644 by
+    hand becomes 0600), the collection's own directory 0700."""
     directory = os.path.dirname(path)
-    os.makedirs(directory, mode=dir_mode, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".k8sgpu-")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _atomic_file.make_parents(directory, dir_mode)
+    if dir_mode == 0o700 and os.stat(directory).st_mode & 0o777 != dir_mode:
+        os.chmod(directory, dir_mode)
+    if exists:
+        os.chmod(path, mode)  # before the write: the secret is never readable by others
+    _atomic_file.write_file(module, path, data, exists, backup=False, new_mode=mode)
 
 
 class Signing:
@@ -289,7 +285,10 @@ class Signing:
         if not secret and path == sb.DKMS_DROP_IN:
             self.diff.update(before=(current or b"").decode("utf-8", "replace"), after=data.decode())
         if not self.m.check_mode:
-            _write(target, data, mode, 0o700 if path.startswith(OWN_DIR) else 0o755)
+            try:
+                _write(self.m, target, data, current is not None, mode, 0o700 if path.startswith(OWN_DIR) else 0o755)
+            except (_atomic_file.ConfigFileError, OSError) as exc:
+                self.fail(f"{exc}")
 
     def _remove(self, path: str, marker: bytes | None = None) -> None:
         target = _under(self.root, path)

@@ -109,55 +109,8 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import driver_module_paths
-
-
-def read_boot_time_from(btime: int, pid1_stat: str, clock_ticks: int, name: str = "1/stat") -> float:
-    """The kernel's btime plus PID 1's start time (field 22 of its stat, clock ticks after the boot)."""
-    # The command name (field 2) is in parentheses and may hold spaces and parentheses: fields after its last ')'.
-    fields = pid1_stat[pid1_stat.rindex(")") + 2:].split()
-    if len(fields) < 20:
-        raise ValueError(f"{name} has {len(fields) + 2} fields, not the 22 or more of Linux's proc(5)")
-    return btime + int(fields[19]) / clock_ticks
-
-
-def read_boot_time(proc_root: Path, clock_ticks: int) -> float:
-    """When PID 1 started, from <proc_root>/stat and <proc_root>/1/stat; ValueError names the file it cannot read."""
-    stat = proc_root / "stat"
-    btime = next((line.split()[1] for line in stat.read_text().splitlines() if line.startswith("btime ")), None)
-    if btime is None:
-        raise ValueError(f"{stat} has no btime line")
-    pid1 = proc_root / "1" / "stat"
-    return read_boot_time_from(int(btime), pid1.read_text(), clock_ticks, str(pid1))
-
-
-def newest_module(modules_root: Path) -> tuple[str | None, float | None, list[str]]:
-    """The newest nvidia*.ko* by ctime under <modules_root>/<kernel>/, its ctime, and the kernels that have one."""
-    newest: tuple[str | None, float | None] = (None, None)
-    kernels = set()
-    if not modules_root.is_dir():
-        return None, None, []
-    for kernel in sorted(p for p in modules_root.iterdir() if p.is_dir() and not p.is_symlink()):
-        # The driver's modules only: the kernel's own nvidia*.ko (kernel/drivers/...) do not count.
-        for path in driver_module_paths(kernel):
-            ctime = os.lstat(path).st_ctime
-            kernels.add(kernel.name)
-            if newest[1] is None or ctime > newest[1]:
-                newest = (path, ctime)
-    return newest[0], newest[1], sorted(kernels)
-
-
-def describe(module_file: str | None, kernels: list[str], running: str, since_boot: bool) -> str:
-    """The report's text: a module to load by booting, none, or why booting again would not load it."""
-    if module_file is None:
-        return "no NVIDIA kernel module file under the modules root"
-    if since_boot:
-        return f"the kernel module {module_file} was installed after the boot: a reboot loads it"
-    if running not in kernels:
-        why = f"the running kernel {running} has no NVIDIA module (built for {', '.join(kernels)})"
-    else:
-        why = f"the running kernel {running} has one; if no driver is loaded, see dmesg (Secure Boot signature, nouveau)"
-    return f"booted since the kernel module was installed ({module_file}): {why}"
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import (  # noqa: F401 (the tests' names)
+    boot_reading, describe, newest_module, read_boot_time, read_boot_time_from)
 
 
 def main() -> None:
@@ -168,24 +121,11 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    proc_root = Path(module.params["proc_root"])
     try:
-        boot_time = read_boot_time(proc_root, os.sysconf("SC_CLK_TCK"))
-        running = (proc_root / "sys/kernel/osrelease").read_text().strip()
-    except (OSError, ValueError, IndexError) as exc:
-        module.fail_json(msg=f"cannot read the boot time from {proc_root}: {exc}. Is procfs mounted there (proc_root)?")
-    module_file, module_time, kernels = newest_module(Path(module.params["modules_root"]))
-    since_boot = module_time is not None and module_time > boot_time
-    module.exit_json(
-        changed=False,
-        boot_time=round(boot_time, 2),
-        module_time=None if module_time is None else round(module_time, 2),
-        module_file=module_file,
-        module_kernels=kernels,
-        running_kernel=running,
-        installed_since_boot=since_boot,
-        detail=describe(module_file, kernels, running, since_boot),
-    )
+        reading = boot_reading(Path(module.params["proc_root"]), Path(module.params["modules_root"]))
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **reading)
 
 
 if __name__ == "__main__":

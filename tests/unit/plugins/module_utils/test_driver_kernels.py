@@ -20,7 +20,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_plan import driver_plan
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _driver_kernels as dk
 from ansible_collections.k8sgpu.nvidia.plugins.modules import driver_kernels
-from module_harness import AnsibleExitJson
+from module_harness import AnsibleExitJson, AnsibleFailJson
 
 OLD, NEW = "6.1.0-50-amd64", "6.12.57+deb12-amd64"
 HOST = "gpu-01"
@@ -321,6 +321,46 @@ def test_module_reports_a_kernel_without_headers(tmp_path, module_io, monkeypatc
     assert res["reboot"]["allowed"] is False and f"linux-headers-{NEW}" in res["reboot"]["reason"]
     assert any(NEW in w and "no headers" in w for w in module_io), module_io
     assert f"{NEW}: no_headers - " in "\n".join(res["summary"])
+
+
+def boot_proc(root: Path, booted: float) -> Path:
+    """A procfs with btime ``booted`` and PID 1 started at the boot (starttime 0 ticks)."""
+    write(root, "/stat", f"cpu  1 2 3 4\nbtime {int(booted)}\n")
+    write(root, "/1/stat", "1 (systemd) S " + " ".join(["0"] * 19) + " 22528000 3000\n")
+    write(root, "/sys/kernel/osrelease", f"{OLD}\n")
+    return root
+
+
+def test_boot_check_reads_the_boot_before_the_build(patched, tmp_path_factory, module_io, monkeypatch):
+    """driver_reboot_check's reading in the same run (the driver role's one module run after an install): the module
+    installed after the boot asks for a reboot, and the module this run builds for another kernel is not counted."""
+    import time
+    proc_root = boot_proc(tmp_path_factory.mktemp("proc"), time.time() - 3600)
+    monkeypatch.setattr(driver_kernels.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/sbin/dkms")
+    monkeypatch.setattr(driver_kernels.AnsibleModule, "run_command",
+                        lambda self, args, **_kw: (dkms_built(patched, args[-1]), (0, "", ""))[1])
+    monkeypatch.setattr(driver_kernels.os, "uname", lambda: os.uname_result(("Linux", "h", OLD, "#1", "x86_64")))
+    res = run_module({"root": str(patched), "branch": "535", "build": True, "host": HOST, "boot_check": True,
+                      "proc_root": str(proc_root)})
+    check = res["reboot_check"]
+    assert res["built"] == [NEW] and check["module_kernels"] == [OLD], res
+    assert check["installed_since_boot"] is True and check["running_kernel"] == OLD
+    assert check["module_file"] == str(patched / f"lib/modules/{OLD}/updates/dkms/nvidia-current.ko.xz")
+    assert "a reboot loads it" in check["detail"]
+    assert run_module({"root": str(patched), "host": HOST})["reboot_check"] is None
+
+
+def test_boot_check_fails_when_no_kernel_has_a_module(tmp_path, tmp_path_factory, module_io, monkeypatch):
+    kernel(tmp_path, OLD)
+    dkms_built(tmp_path, OLD, installed=False)  # built, never installed
+    proc_root = boot_proc(tmp_path_factory.mktemp("proc"), 1_700_000_000)
+    monkeypatch.setattr(driver_kernels.os, "uname", lambda: os.uname_result(("Linux", "h", OLD, "#1", "x86_64")))
+    with patch_module_args({"root": str(tmp_path), "host": HOST, "boot_check": True, "proc_root": str(proc_root)}), \
+            pytest.raises(AnsibleFailJson) as exc:
+        driver_kernels.main()
+    msg = exc.value.args[0]["msg"]
+    assert msg.startswith(f"{HOST}: no kernel has an NVIDIA kernel module under /lib/modules"), msg
+    assert f"nvidia-current/{VERSION} {OLD} x86_64: built" in msg and "make.log" in msg
 
 
 def test_stale_initramfs_older_than_the_blacklist(tmp_path):

@@ -1,6 +1,6 @@
 """k8sgpu.nvidia.driver_module_signing: DKMS's signing configuration written under a test root (the key 0600 and never
 in the result), refused before any write for a key of another certificate, removed with state=absent. Module files
-and their signers are read on the lab (tests/lab/test_driver_kernel_update.py), where modinfo and DKMS are real."""
+and their signers are read on the lab (tests/lab/test_driver_lifecycle.py), where modinfo and DKMS are real."""
 from __future__ import annotations
 
 import json
@@ -67,6 +67,20 @@ def test_signing_from_content_writes_the_files_once(module_io, tmp_path, keys):
     assert first["secure_boot"]["state"] == "not_efi" and first["reboot"]["allowed"]
     again = run(module_io, tmp_path, signing=True, key_content=key, certificate_content=cert)
     assert not again["changed"] and again["files"] == []
+
+
+def test_a_key_left_readable_by_hand_is_made_0600_in_a_0700_directory(module_io, tmp_path, keys):
+    """A key copied in by hand (0644, in a 0755 directory made under umask 022): the run sets the modes it wants."""
+    key, cert = keys
+    own_key = tmp_path / dms.OWN_KEY.lstrip("/")
+    own_key.parent.mkdir(parents=True, mode=0o755)
+    own_key.write_text(key)
+    own_key.chmod(0o644)
+    first = run(module_io, tmp_path, signing=True, key_content=key, certificate_content=cert)
+    assert first["changed"] and dms.OWN_KEY in [f["path"] for f in first["files"]]
+    assert stat.S_IMODE(own_key.stat().st_mode) == 0o600 and own_key.read_text() == key
+    assert stat.S_IMODE(own_key.parent.stat().st_mode) == 0o700
+    assert not run(module_io, tmp_path, signing=True, key_content=key, certificate_content=cert)["changed"]
 
 
 def test_check_mode_writes_nothing(module_io, tmp_path, keys):
