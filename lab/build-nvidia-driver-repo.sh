@@ -86,23 +86,8 @@ UNIT
 }
 
 index_repo() {
-  local d="$REPO_ROOT.tmp/debian12/x86_64" sum f
-  (cd "$d" && dpkg-scanpackages --multiversion . /dev/null 2>/dev/null >Packages && gzip -9nk Packages)
-  {
-    echo "Origin: k8sgpu.nvidia lab"
-    echo "Label: NVIDIA CUDA (lab stand-in)"
-    echo "Architectures: amd64"
-    echo "Date: $(LC_ALL=C date -u -R)"
-    for sum in MD5Sum:md5sum SHA256:sha256sum; do
-      echo "${sum%%:*}:"
-      for f in Packages Packages.gz; do
-        printf ' %s %s %s\n' "$(${sum#*:} "$d/$f" | cut -d' ' -f1)" "$(stat -c %s "$d/$f")" "$f"
-      done
-    done
-  } >"$d/Release"
-  gpg --batch --yes --local-user lab@k8sgpu.invalid --clearsign -o "$d/InRelease" "$d/Release"
-  gpg --batch --yes --local-user lab@k8sgpu.invalid -abs -o "$d/Release.gpg" "$d/Release"
-  gpg --batch --armor --export lab@k8sgpu.invalid >"$d/3bf863cc.pub"
+  local d="$REPO_ROOT.tmp/debian12/x86_64"
+  index_flat_repo "$d" "NVIDIA CUDA (lab stand-in)" "$d/3bf863cc.pub"
 }
 
 main() {

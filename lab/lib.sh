@@ -71,3 +71,26 @@ export GOMODCACHE="${GOMODCACHE_LAB:-$K8SGPU_CACHE/go/mod}"
 export GOCACHE="${GOCACHE_LAB:-$K8SGPU_CACHE/go/build}"
 export GOFLAGS="${GOFLAGS:--mod=mod}"
 export CGO_ENABLED=0
+
+# A flat apt repository in DIR (its *.deb): Packages, Packages.gz, a Release with their sums, signed by the lab's
+# repository key (InRelease, Release.gpg), the key's public part written to KEY_OUT. Used by build-toolkit-repo.sh
+# and build-nvidia-driver-repo.sh.
+index_flat_repo() {
+  local d="$1" label="$2" key_out="$3" sum f
+  (cd "$d" && dpkg-scanpackages --multiversion . /dev/null 2>/dev/null >Packages && gzip -9nk Packages)
+  {
+    echo "Origin: k8sgpu.nvidia lab"
+    echo "Label: $label"
+    echo "Architectures: amd64"
+    echo "Date: $(LC_ALL=C date -u -R)"
+    for sum in MD5Sum:md5sum SHA256:sha256sum; do
+      echo "${sum%%:*}:"
+      for f in Packages Packages.gz; do
+        printf ' %s %s %s\n' "$(${sum#*:} "$d/$f" | cut -d' ' -f1)" "$(stat -c %s "$d/$f")" "$f"
+      done
+    done
+  } >"$d/Release"
+  gpg --batch --yes --local-user lab@k8sgpu.invalid --clearsign -o "$d/InRelease" "$d/Release"
+  gpg --batch --yes --local-user lab@k8sgpu.invalid -abs -o "$d/Release.gpg" "$d/Release"
+  gpg --batch --armor --export lab@k8sgpu.invalid >"$key_out"
+}
