@@ -131,22 +131,26 @@ def render(role: str, text: str) -> str:
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
-    stale = []
+    stale, missing = [], []
     for role in roles():
         path = ROOT / "roles" / role / "README.md"
+        name = str(path.relative_to(ROOT))
+        if not path.is_file():
+            missing.append(name)
+            continue
         text = path.read_text()
         new = render(role, text)
         if new != text:
-            stale.append(str(path.relative_to(ROOT)))
+            stale.append(name)
             if not check:
                 path.write_text(new)
+                print(f"rewrote {name}")
+    for name in missing:
+        print(f"{name} is missing: write one with a '## Variables' section", file=sys.stderr)
     if check and stale:
         print("out of step with meta/argument_specs.yml (run python tests/support/role_readmes.py): "
               + ", ".join(stale), file=sys.stderr)
-        return 1
-    for name in stale:
-        print(f"rewrote {name}")
-    return 0
+    return 1 if missing or (check and stale) else 0
 
 
 if __name__ == "__main__":

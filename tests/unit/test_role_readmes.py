@@ -82,7 +82,9 @@ def test_the_check_sees_what_roles_use():
 
 @pytest.mark.parametrize("role", role_readmes.roles())
 def test_readme_variables_table_is_generated_from_the_argument_spec(role):
-    text = (ROOT / "roles" / role / "README.md").read_text()
+    path = ROOT / "roles" / role / "README.md"
+    assert path.is_file(), f"roles/{role} has no README.md (Galaxy's importer refuses the collection without one)"
+    text = path.read_text()
     assert role_readmes.BEGIN in text, f"roles/{role}/README.md has no generated variables table (run make docs)"
     assert role_readmes.render(role, text) == text, (
         f"roles/{role}/README.md's variables table is out of step with meta/argument_specs.yml or defaults/main.yml: "
