@@ -261,6 +261,10 @@ FREE_MAPS = {
     "_k8s_objects": "Kubernetes objects (private role _k8s, helper H5)",
     "_k8s_removed": "Kubernetes object references (private role _k8s, helper H5)",
     "_k8s_resource": "one Kubernetes object (private role _k8s, helper H5)",
+    "eks_gpu_pool_cluster": "options of the module eks_cluster, checked by its argument spec before any AWS call",
+    "eks_gpu_pool_nodegroup": "options of the module eks_nodegroup, checked by its argument spec before any AWS call",
+    "gke_gpu_pool_cluster": "options of the module gke_cluster, checked by its argument spec before any API call",
+    "gke_gpu_pool_node_pool": "options of the module gke_node_pool, checked by its argument spec before any API call",
 }
 
 
