@@ -14,6 +14,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.k8sgpu.nvidia.plugins.filter import cluster_autoscaler_iam_policy as ca_filter
 from ansible_collections.k8sgpu.nvidia.plugins.filter.cluster_autoscaler_iam_policy import cluster_autoscaler_iam_policy
 from ansible_collections.k8sgpu.nvidia.plugins.filter.karpenter_iam_policy import karpenter_iam_policy
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._iam_policies import CLUSTER_AUTOSCALER_POLICY
 
 ROOT = Path(__file__).resolve().parents[4]
 FROZEN = json.loads((ROOT / "tests" / "unit" / "fixtures" / "iam_policies" / "before_issue_35.json").read_text())
@@ -47,11 +48,16 @@ def test_cluster_autoscaler_policy_is_the_roles_file(case):
     assert json.dumps(got) == json.dumps(case["policy"])
 
 
-def test_cluster_autoscaler_policy_reads_the_roles_file():
-    path = Path(ca_filter.POLICY_FILE).resolve()
-    assert path == ROOT / "roles" / "cluster_autoscaler" / "files" / "iam-policy.json"
+def test_cluster_autoscaler_policy_is_the_document_of_the_roles_file():
+    """The filter reads no file (issue 48 item 5): its document is module_utils/_iam_policies.py's, the same as the
+    role's files/iam-policy.json, which users read."""
+    path = ROOT / "roles" / "cluster_autoscaler" / "files" / "iam-policy.json"
+    assert json.loads(path.read_text()) == CLUSTER_AUTOSCALER_POLICY
     assert "CLUSTER_NAME" in path.read_text()
     assert "CLUSTER_NAME" not in json.dumps(cluster_autoscaler_iam_policy("train"))
+    assert not hasattr(ca_filter, "POLICY_FILE") and "open(" not in Path(ca_filter.__file__).read_text()
+    cluster_autoscaler_iam_policy("a")["Statement"][1]["Condition"]["StringEquals"]["x"] = "y"
+    assert "x" not in cluster_autoscaler_iam_policy("a")["Statement"][1]["Condition"]["StringEquals"]
 
 
 def test_karpenter_queue_statement_only_with_a_queue():
