@@ -1,7 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters dcgm_counters_csv and dcgm_profiling_fields of the dcgm_exporter role; the logic is in
-module_utils/_dcgm.py."""
+"""Filter dcgm_counters_csv of the dcgm_exporter role; the logic is in module_utils/_dcgm.py."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists

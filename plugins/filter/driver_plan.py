@@ -12,7 +12,7 @@ short_description: The driver role's decisions for one host (what to install, ho
 description:
   - Used by the C(driver) role, whose tasks only carry its answer out. Called once with the facts (is a driver of
     the wanted branch, version and flavour loaded; is there a GPU), and again once the installed packages were read.
-  - Chooses the kernel-module flavour through P(k8sgpu.nvidia.driver_kernel_modules#filter); the packages (Debian
+  - Chooses the kernel-module flavour (C(driver_kernel_modules)); the packages (Debian
     C(nvidia-driver), C(nvidia-[open-]kernel-dkms), C(nvidia-smi), C(nvidia-persistenced), C(gcc), or the suite's
     Tesla packages C(nvidia-tesla-<branch>-*) for another branch; Ubuntu C(nvidia-driver-<branch>[-server][-open])
     and C(nvidia-utils-<branch>[-server])) and the kernel headers (the running kernel's where the sources have them,

@@ -12,9 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_kernel_modules import driver_kernel_modules
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_plan import DriverPlanError, driver_kernel_modules
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_plan import installed_flavour
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._nvidia_smi import (
     gather,
@@ -202,5 +201,5 @@ def test_open_left_on_a_v100_is_repaired_by_auto(tmp_path):
 
 
 def test_bad_request_fails():
-    with pytest.raises(AnsibleFilterError, match="gpu-a-01: driver_kernel_modules must be one of auto, open, proprietary"):
+    with pytest.raises(DriverPlanError, match="gpu-a-01: driver_kernel_modules must be one of auto, open, proprietary"):
         driver_kernel_modules({}, "opn", None, "", HOST)

@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_auth import apt_proxy_auth
 from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_lines import apt_proxy_lines
 from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_redact import apt_proxy_redact
-from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprint_normalize import openpgp_fingerprint_normalize
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._openpgp import openpgp_fingerprint_normalize
 from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprints
 
 PROXY = "http://build%40site:s3cr%3At@proxy.example:3128"

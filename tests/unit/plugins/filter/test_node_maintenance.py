@@ -1,82 +1,12 @@
-"""drain_blockers and maintenance_plan: the node_maintenance role's decisions (issue 12)."""
+"""maintenance_plan: the node_maintenance role's decision (issue 12). The drain's decisions are the module
+k8s_node_maintenance's (tests/unit/plugins/module_utils/test_k8s_drain.py); the filter drain_blockers, which no role
+used, is removed (issue 48)."""
 from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.drain_blockers import drain_blockers
 from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_plan import maintenance_plan
-
-
-def pod(name: str, ns: str = "default", labels: dict | None = None, owner: str | None = "ReplicaSet",
-        phase: str = "Running", empty_dir: bool = False, deleting: bool = False, mirror: bool = False) -> dict:
-    meta: dict = {"name": name, "namespace": ns, "labels": labels or {}}
-    if owner:
-        meta["ownerReferences"] = [{"kind": owner, "name": f"{name}-owner"}]
-    if deleting:
-        meta["deletionTimestamp"] = "2026-11-23T10:00:00Z"
-    if mirror:
-        meta["annotations"] = {"kubernetes.io/config.mirror": "abc"}
-    spec = {"volumes": [{"name": "scratch", "emptyDir": {}}] if empty_dir else []}
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
-
-
-def pdb(name: str, ns: str = "default", match_labels: dict | None = None, expressions: list | None = None,
-        allowed: int = 0) -> dict:
-    selector: dict = {}
-    if match_labels is not None:
-        selector["matchLabels"] = match_labels
-    if expressions is not None:
-        selector["matchExpressions"] = expressions
-    return {"metadata": {"name": name, "namespace": ns}, "spec": {"selector": selector},
-            "status": {"disruptionsAllowed": allowed}}
-
-
-def test_daemonset_mirror_and_finished_pods_never_block():
-    pods = [pod("plugin", owner="DaemonSet"), pod("static", owner="Node", mirror=True),
-            pod("done", phase="Succeeded"), pod("failed", phase="Failed")]
-    assert drain_blockers(pods, []) == []
-
-
-def test_a_pod_held_by_a_pdb_names_the_pdb_and_its_allowance():
-    pods = [pod("web-1", labels={"app": "web"}), pod("db-1", labels={"app": "db"})]
-    pdbs = [pdb("web", match_labels={"app": "web"}, allowed=0), pdb("other", ns="x", match_labels={"app": "web"})]
-    assert drain_blockers(pods, pdbs) == [
-        "default/db-1 (still on the node)",
-        "default/web-1 (PodDisruptionBudget default/web allows 0 disruptions)",
-    ]
-
-
-@pytest.mark.parametrize(("expr", "matches"), [
-    ({"key": "app", "operator": "In", "values": ["web", "api"]}, True),
-    ({"key": "app", "operator": "NotIn", "values": ["web"]}, False),
-    ({"key": "tier", "operator": "Exists"}, False),
-    ({"key": "tier", "operator": "DoesNotExist"}, True),
-])
-def test_match_expressions(expr, matches):
-    blockers = drain_blockers([pod("web-1", labels={"app": "web"})], [pdb("p", expressions=[expr])])
-    assert ("PodDisruptionBudget default/p" in blockers[0]) is matches
-
-
-def test_an_empty_selector_matches_every_pod_of_its_namespace():
-    assert "PodDisruptionBudget default/all" in drain_blockers([pod("a")], [pdb("all", match_labels={})])[0]
-
-
-def test_why_other_pods_stay():
-    pods = [pod("scratch", empty_dir=True), pod("bare", owner=None), pod("leaving", deleting=True)]
-    assert drain_blockers(pods, []) == [
-        "default/bare (no controller: set node_maintenance_drain_force to delete it)",
-        "default/leaving (terminating)",
-        "default/scratch (emptyDir data: set node_maintenance_delete_emptydir_data to delete it)",
-    ]
-    allowed = drain_blockers(pods, [], delete_emptydir_data=True, force=True)
-    assert allowed == ["default/bare (still on the node)", "default/leaving (terminating)",
-                       "default/scratch (still on the node)"]
-
-
-def test_bad_input_is_an_error():
-    with pytest.raises(AnsibleFilterError, match="list of Pods"):
-        drain_blockers({"items": []}, [])
 
 
 def test_plan_nothing_to_do():

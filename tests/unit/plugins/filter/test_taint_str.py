@@ -1,9 +1,9 @@
+"""taint_str: a taint as kubectl writes it (the filter taint_to_string, which no role used, is removed: issue 48)."""
 from __future__ import annotations
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.taint_to_string import taint_to_string
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import taint_str
 
 
 @pytest.mark.parametrize(
@@ -15,11 +15,5 @@ from ansible_collections.k8sgpu.nvidia.plugins.filter.taint_to_string import tai
         ({"key": "dedicated", "value": "", "effect": "NoExecute"}, "dedicated:NoExecute"),
     ],
 )
-def test_taint_to_string(taint, expected):
-    assert taint_to_string(taint) == expected
-
-
-@pytest.mark.parametrize("bad", [{"key": "x"}, {"effect": "NoSchedule"}, "x:NoSchedule", None])
-def test_taint_to_string_rejects_non_taints(bad):
-    with pytest.raises(AnsibleFilterError, match="expects a taint"):
-        taint_to_string(bad)
+def test_taint_str(taint, expected):
+    assert taint_str(taint) == expected
