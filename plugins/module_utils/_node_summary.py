@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Private to k8sgpu.nvidia (filters node_summary and node_summary_line).
+"""Private to k8sgpu.nvidia (module k8s_cluster_nodes: its summaries and summary_lines).
 
 Summarise Kubernetes Node objects for reports: readiness, GPUs, roles, taints."""
 from __future__ import annotations

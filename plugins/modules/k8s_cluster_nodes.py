@@ -77,6 +77,42 @@ nodes:
   type: list
   elements: dict
   sample: [{metadata: {name: gpu-01, labels: {gpu: "true"}}, spec: {}, status: {capacity: {nvidia.com/gpu: "8"}}}]
+summaries:
+  description:
+    - One summary per Node of RV(nodes), in the same order, for reports (the preflight role's C(preflight_cluster.nodes)).
+    - Before 2.0.0 the filter C(k8sgpu.nvidia.node_summary).
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The Node's name.
+      type: str
+    ready:
+      description: Whether its C(Ready) condition is C(True).
+      type: bool
+    gpus:
+      description: Its C(nvidia.com/gpu) capacity.
+      type: int
+    gpus_allocatable:
+      description: Its allocatable C(nvidia.com/gpu).
+      type: int
+    roles:
+      description: The suffixes of its C(node-role.kubernetes.io/*) labels.
+      type: list
+      elements: str
+    taints:
+      description: Its taints as kubectl writes them (C(key[=value]:Effect)).
+      type: list
+      elements: str
+  sample: [{name: gpu-01, ready: true, gpus: 8, gpus_allocatable: 8, roles: [], taints: []}]
+summary_lines:
+  description:
+    - RV(summaries) as report lines, C(<name> <Ready|NotReady> gpus=<n> roles=<r,...> taints=<t,...>) in aligned
+      columns, C(-) for an empty list. Before 2.0.0 the filter C(k8sgpu.nvidia.node_summary_line).
+  returned: success
+  type: list
+  elements: str
 """
 
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
@@ -86,6 +122,7 @@ from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_common import (
     raw_json,
 )
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._k8s_nodes import NodeBatch
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._node_summary import node_summary, node_summary_line
 
 
 def read(api, label_selector: str | None) -> tuple[dict, list]:
@@ -109,7 +146,9 @@ def main():
         version, nodes = read(api, module.params["label_selector"])
     except RuntimeError as exc:
         module.fail_json(msg=f"Could not read the cluster: {exc}")
-    module.exit_json(changed=False, version=version, nodes=nodes)
+    summaries = [node_summary(node) for node in nodes]
+    module.exit_json(changed=False, version=version, nodes=nodes, summaries=summaries,
+                     summary_lines=[node_summary_line(s) for s in summaries])
 
 
 if __name__ == "__main__":

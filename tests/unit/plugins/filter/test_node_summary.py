@@ -1,11 +1,13 @@
-"""node_summary and node_summary_line on Node objects shaped as the API server returns them."""
+"""module k8s_cluster_nodes' summaries and summary_lines (module_utils/_node_summary.py) on Node objects shaped as the API server returns them."""
 from __future__ import annotations
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_summary import node_summary
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_summary_line import node_summary_line
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._node_summary import (
+    NodeSummaryError,
+    node_summary,
+    node_summary_line,
+)
 
 CP = {
     "metadata": {"name": "cp-1", "labels": {"node-role.kubernetes.io/control-plane": "", "kubernetes.io/os": "linux"}},
@@ -43,5 +45,5 @@ def test_line():
 
 @pytest.mark.parametrize("bad", [None, {}, {"metadata": {}}, "gpu-1"])
 def test_not_a_node(bad):
-    with pytest.raises(AnsibleFilterError, match="node_summary expects a Node object"):
+    with pytest.raises(NodeSummaryError, match="node_summary expects a Node object"):
         node_summary(bad)
