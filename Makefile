@@ -3,7 +3,12 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-PYTHON ?= python3
+# The venvs' Python: 3.12 or 3.13 (ansible-core 2.21, the development venv's, needs 3.12 or newer; Debian 12's python3
+# is 3.11), found by lab/install-deps.sh --python (python3.12, python3.13 or python3 on PATH, pyenv's, /usr/local's);
+# PYTHON=/path/to/python3.12 chooses one. Where none is found, the venv rules fail saying what to install.
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell lab/install-deps.sh --python 2>/dev/null)
+endif
 VENV ?= $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -18,8 +23,17 @@ STAMP = @echo "[make $@ started $$(date +%H:%M:%S)]"
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
+# $(1): a venv made with $(PYTHON), from scratch when it holds another Python version (a venv of 3.11 before 2.0.0).
+define make_venv
+	@PYTHON="$(PYTHON)" lab/install-deps.sh --python >/dev/null
+	@v() { "$$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }; \
+	  if [ -x $(1)/bin/python ] && [ "$$(v $(1)/bin/python)" != "$$(v $(PYTHON))" ]; then \
+	    echo "$(1) has Python $$(v $(1)/bin/python), not $$(v $(PYTHON)): made again"; rm -rf $(1); fi
+	$(PYTHON) -m venv $(1)
+endef
+
 $(VENV)/.installed: requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
+	$(call make_venv,$(VENV))
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements-dev.txt
 	touch $@
@@ -27,24 +41,21 @@ $(VENV)/.installed: requirements-dev.txt
 # galaxy-importer in a venv of its own: it pins its own ansible-core and ansible-lint.
 IMPORTER_VENV ?= $(CURDIR)/.venv-importer
 $(IMPORTER_VENV)/.installed: requirements-importer.txt
-	$(PYTHON) -m venv $(IMPORTER_VENV)
+	$(call make_venv,$(IMPORTER_VENV))
 	$(IMPORTER_VENV)/bin/pip install -q --upgrade pip
 	$(IMPORTER_VENV)/bin/pip install -q -r requirements-importer.txt
 	touch $@
 
 importer-venv: $(IMPORTER_VENV)/.installed
 
-# The lower bound of requires_ansible (meta/runtime.yml): ansible-core 2.17 with what tests/unit needs.
-# tests/release/compat/module_utils_testing.py supplies the unit tests' patch_module_args, which ansible-core has
-# from 2.19 on. The dependency collections are not installed in it: make compat-lowest puts them on its sys.path.
+# The lower bound of requires_ansible (meta/runtime.yml): ansible-core 2.19 with what tests/unit needs (2.19 has the
+# unit tests' ansible.module_utils.testing.patch_module_args). The dependency collections are not installed in it:
+# make compat-lowest puts them on its sys.path.
 COMPAT_VENV ?= $(CURDIR)/.venv-compat
-$(COMPAT_VENV)/.installed: requirements-compat.txt tests/release/compat/module_utils_testing.py
-	$(PYTHON) -m venv $(COMPAT_VENV)
+$(COMPAT_VENV)/.installed: requirements-compat.txt
+	$(call make_venv,$(COMPAT_VENV))
 	$(COMPAT_VENV)/bin/pip install -q --upgrade pip
 	$(COMPAT_VENV)/bin/pip install -q -r requirements-compat.txt
-	purelib=$$($(COMPAT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
-	  rm -f $$purelib/k8sgpu-compat-deps.pth; \
-	  [ -f $$purelib/ansible/module_utils/testing.py ] || cp tests/release/compat/module_utils_testing.py $$purelib/ansible/module_utils/testing.py
 	touch $@
 
 compat-venv: $(COMPAT_VENV)/.installed
@@ -208,10 +219,11 @@ porting-guide:  ## write docs/porting_guide_2.rst from changelogs/ (make release
 # own `ansible` package's copies: checked) for the unit tests, and are the only dependencies of the installed
 # tarball for test_release.sh (DEPS_COLLECTIONS_PATH). About 8 s each when pip's cache is cold, 1 s warm.
 COMPAT_DEPS ?= $(CURDIR)/.cache/compat
-# kubernetes.core 5.0.0, amazon.aws 9.0.0: galaxy.yml's lower bounds, on ansible-core 2.17 ($(COMPAT_VENV)).
+# kubernetes.core 5.0.0, amazon.aws 9.0.0: galaxy.yml's lower bounds, on ansible-core 2.19 ($(COMPAT_VENV); both
+# collections declare requires_ansible >=2.15.0).
 COMPAT_LOWEST_ANSIBLE ?= 11.0.0
-# kubernetes.core 6.6.0, amazon.aws 11.4.0: the newest PyPI's `ansible` ships, on .venv's ansible-core (2.19; the
-# package itself needs Python 3.12 and ansible-core 2.21, and both collections accept 2.19).
+# kubernetes.core 6.6.0, amazon.aws 11.4.0: the newest PyPI's `ansible` ships, on .venv's ansible-core (2.21.5, the
+# one that `ansible` 14.5.0 installs).
 COMPAT_NEWEST_ANSIBLE ?= 14.5.0
 # compat-newest runs on .venv's ansible-core, as make unit does: the tests that exercise ansible-core alone (rendering
 # every role template with hostile values, about 1.5 CPU-minutes) are not run again there.
@@ -227,13 +239,13 @@ define compat_run
 	  DEPS_COLLECTIONS_PATH=$(2) tests/release/test_release.sh
 endef
 
-compat: compat-lowest compat-newest  ## both ends: ansible-core 2.17 with the lowest dependency collections, the newest collections
+compat: compat-lowest compat-newest  ## both ends: ansible-core 2.19 with the lowest dependency collections, 2.21 with the newest
 
-compat-lowest: compat-venv  ## requires_ansible's and galaxy.yml's lower bounds: unit tests and installed playbooks' syntax check on ansible-core 2.17, kubernetes.core 5.0.0, amazon.aws 9.0.0
+compat-lowest: compat-venv  ## requires_ansible's and galaxy.yml's lower bounds: unit tests and installed playbooks' syntax check on ansible-core 2.19, kubernetes.core 5.0.0, amazon.aws 9.0.0
 	$(STAMP)
 	$(call compat_run,$(COMPAT_VENV)/bin,$(COMPAT_DEPS)/ansible-$(COMPAT_LOWEST_ANSIBLE),lowest,$(COMPAT_LOWEST_ANSIBLE))
 
-compat-newest: venv  ## the newest dependency collections (PyPI's ansible 14.5.0): unit tests and installed playbooks' syntax check
+compat-newest: venv  ## PyPI's ansible 14.5.0: ansible-core 2.21 (.venv) with its kubernetes.core and amazon.aws, unit tests and installed playbooks' syntax check
 	$(STAMP)
 	$(call compat_run,$(VENV)/bin,$(COMPAT_DEPS)/ansible-$(COMPAT_NEWEST_ANSIBLE),newest,$(COMPAT_NEWEST_ANSIBLE),$(COMPAT_NEWEST_SKIP))
 
@@ -296,7 +308,7 @@ molecule: $(MOLECULE_NEEDS)  ## molecule scenarios on the lab's Debian images
 # host of its own and eight short ones, about 23 min here with other lab tests beside, 2026-12-07) goes last: by then the lab tests have started and the side steps, at nice 19,
 # give it their CPU time rather than the lab tests theirs.
 LAB_BESIDE_FILES ?= test_container_toolkit_site.py test_driver_flavour.py test_trust_proxy_keys.py \
-  test_container_runtime_config.py test_faults_host.py test_driver_kernel_update.py test_driver_secure_boot.py \
+  test_container_runtime_config.py test_faults_host.py test_driver_lifecycle.py \
   test_driver_source_nvidia.py
 LAB_BESIDE_LOG = $(K8SGPU_LAB_STATE)/integration-beside.log
 # Lab tests make test leaves out to end within CI's 90 minutes on 2 vCPUs (pytest node ids, relative to tests/lab;

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The README's install step, as a user runs it: each requirements file of the collection (the ones the tarball
-# ships: requirements.txt, -gke, -eks, -cert, and -ee, which includes them all) installed with `pip install -r` into
-# a fresh venv, once with the pip that Python 3.11 and 3.12 bundle (23.2.1, the oldest supported: what `python3 -m
-# venv` gives) and once with the newest pip on PyPI. Fails when an install fails, when pip's resolver backtracks
-# (it says "pip is looking at multiple versions of ...": kubernetes 37 against botocore's python-dateutil<3 made
-# pip 23.2 download 144 botocore wheels without an end) or when one takes longer than the bound
-# (REQUIREMENTS_INSTALL_TIMEOUT, 180 s).
+# ships: requirements.txt, -gke, -eks, -cert, -ee, which includes those four, and -eda, the rulebook's venv) installed
+# with `pip install -r` into a fresh venv, once with the pip that Python 3.11 and 3.12 bundle (23.2.1, the oldest
+# supported: what `python3 -m venv` gives) and once with the newest pip on PyPI. Fails when an install fails, when
+# pip's resolver backtracks (it says "pip is looking at multiple versions of ...": kubernetes 37 against botocore's
+# python-dateutil<3 made pip 23.2 download 144 botocore wheels without an end) or when one takes longer than the
+# bound (REQUIREMENTS_INSTALL_TIMEOUT, 180 s).
 #   tests/release/requirements_install.sh [requirements file ...]
-# PYTHON picks the interpreter (default python3); pip's cache is the user's (warm in CI after the first run):
-# PIP_NO_CACHE_DIR=1 measures a cold install. Prints each install's time and what it resolved.
+# PYTHON picks the interpreter (default python3; make requirements-install passes lab/install-deps.sh --python's, 3.12
+# or 3.13); pip's cache is the user's (warm in CI after the first run): PIP_NO_CACHE_DIR=1 measures a cold install.
+# Prints each install's time and what it resolved.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 python=${PYTHON:-python3}
@@ -16,7 +17,7 @@ bound=${REQUIREMENTS_INSTALL_TIMEOUT:-180}
 oldest_pip=23.2.1
 if [ $# -gt 0 ]; then files=("$@"); else
   files=("$repo"/requirements.txt "$repo"/requirements-gke.txt "$repo"/requirements-eks.txt \
-         "$repo"/requirements-cert.txt "$repo"/requirements-ee.txt); fi
+         "$repo"/requirements-cert.txt "$repo"/requirements-ee.txt "$repo"/requirements-eda.txt); fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 trap 'echo "requirements_install.sh: failed at line $LINENO" >&2' ERR
@@ -62,7 +63,7 @@ for pipv in oldest newest; do
     fi
     "$env/bin/python" -m pip check >"$work/check" 2>&1 || { rc=1; echo "FAILED: pip check after $name with pip $v:" >&2; cat "$work/check" >&2; }
     pins=$("$env/bin/python" -m pip list --format=freeze 2>/dev/null \
-      | grep -iE '^(kubernetes|boto3|botocore|python-dateutil|google-cloud-container|google-auth|cryptography)==' \
+      | grep -iE '^(kubernetes|boto3|botocore|python-dateutil|google-cloud-container|google-auth|cryptography|ansible-rulebook|aiohttp)==' \
       | tr '\n' ' ' || true)
     printf 'requirements install: %-22s pip %-7s %6d ms  %s\n' "$name" "$v" "$ms" "$pins"
     rm -rf "$env"
