@@ -25,7 +25,8 @@ Fragments are allowed while galaxy.yml's version is not released yet (the state 
 and notes that the tarball built then is no release. With --release (tests/release/release.sh, after
 `antsibull-changelog release` and before its commit and tag; and before any upload to Galaxy) that is an error too:
 galaxy.yml's version must be released in changelog.yaml and CHANGELOG.rst, no fragment left, the porting guide in step,
-and no version_added naming a version that was never released.
+no version_added naming a version that was never released, and galaxy-importer's accepted warnings only those that
+need the dependency collections (tests/release/importer-expected-warnings.txt, none after its PENDING marker).
 
   tests/release/release_check.py [--release] [collection root]      (default: this checkout)
 """
@@ -267,6 +268,25 @@ def check_unreleased_version_added(root: Path, version: str, strict: bool) -> tu
     return (msgs, []) if strict else ([], msgs)
 
 
+IMPORTER_EXPECTED = Path("tests") / "release" / "importer-expected-warnings.txt"
+PENDING_MARKER = "# PENDING:"
+
+
+def check_importer_expected(root: Path, strict: bool) -> tuple[list[str], list[str]]:
+    """galaxy-importer's accepted warnings (tests/release/importer.sh) are those that need the dependency collections
+    installed; the ones listed after the PENDING marker are tolerated between releases and refused by --release."""
+    path = root / IMPORTER_EXPECTED
+    if not path.is_file():
+        return [], []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(PENDING_MARKER)), len(lines))
+    pending = [line for line in lines[start:] if line.strip() and not line.lstrip().startswith("#")]
+    if not pending:
+        return [], []
+    msg = (f"{IMPORTER_EXPECTED} accepts {len(pending)} galaxy-importer warning(s) that are not about the dependencies "
+           f"({'; '.join(pending)}): fix them and remove the line(s), a release ships none")
+    return ([msg], []) if strict else ([], [msg])
+
 def check_execution_environment(root: Path, version: str) -> list[str]:
     ee = root / "execution-environment.yml"
     if not ee.is_file():
@@ -358,7 +378,7 @@ def check_all(root: Path, strict: bool = False) -> tuple[str, list[str], list[st
     errors += filter_errors
     for found, noted in (check_semver(root, version), check_released_tree(root, version),
                          check_changelog_rst(root, version, strict), check_porting_guide(root, version, strict),
-                         check_unreleased_version_added(root, version, strict)):
+                         check_unreleased_version_added(root, version, strict), check_importer_expected(root, strict)):
         errors += found
         notes += noted
     return version, errors, notes
