@@ -27,7 +27,6 @@ while [ $# -gt 0 ]; do
 done
 die() { echo "release: $*" >&2; exit 1; }
 
-command -v antsibull-changelog >/dev/null || die "antsibull-changelog is not on PATH: run make release (the venv), or put .venv/bin first on PATH"
 export ANSIBLE_CONFIG=$repo/ansible.cfg   # the changelog tool runs ansible-doc on this checkout
 [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$repo" ] || die "$repo is not the top of a git checkout"
 version=$(sed -n 's/^version: *//p' galaxy.yml)
@@ -59,6 +58,7 @@ python3 tests/release/release_check.py >/dev/null 2>"$repo/.release-check.log" \
   || { cat "$repo/.release-check.log" >&2; rm -f "$repo/.release-check.log"; die "make lint's release check fails (above): fix that first"; }
 rm -f "$repo/.release-check.log"
 
+command -v antsibull-changelog >/dev/null || die "antsibull-changelog is not on PATH: run make release (the venv), or put .venv/bin first on PATH"
 echo "release: $version: $(wc -l <<<"$fragments") fragment(s)"
 if [ ${#stale[@]} -gt 0 ]; then
   python3 - "$version" "${stale[@]}" <<'PY'
