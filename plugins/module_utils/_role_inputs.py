@@ -153,7 +153,8 @@ SHARED_VARIABLES = frozenset((
     "k8sgpu_install_container_toolkit", "k8sgpu_install_driver", "k8sgpu_kube_context", "k8sgpu_kubeconfig",
     "k8sgpu_label_nodes", "k8sgpu_max_fail_percentage", "k8sgpu_max_unavailable", "k8sgpu_monitoring",
     "k8sgpu_monitoring_alerts", "k8sgpu_monitoring_dashboard", "k8sgpu_monitoring_exporter",
-    "k8sgpu_monitoring_metrics_adapter", "k8sgpu_node_labels", "k8sgpu_node_name", "k8sgpu_reboot", "k8sgpu_serial",
+    "k8sgpu_monitoring_metrics_adapter", "k8sgpu_monitoring_state", "k8sgpu_node_labels", "k8sgpu_node_name",
+    "k8sgpu_reboot", "k8sgpu_serial",
     "k8sgpu_untaint_control_plane",
 ) + tuple("k8sgpu_%s%s" % (cloud, end) for cloud in ("eks", "gke") for end in _SCALE_CHECK))
 
@@ -189,7 +190,8 @@ SHARED_SYNTAX = {
     "k8sgpu_kubeconfig": "role_option", "k8sgpu_label_nodes": "bool", "k8sgpu_max_fail_percentage": "role_option",
     "k8sgpu_max_unavailable": "count_or_percent", "k8sgpu_monitoring": "bool", "k8sgpu_monitoring_alerts": "bool",
     "k8sgpu_monitoring_dashboard": "bool", "k8sgpu_monitoring_exporter": "bool",
-    "k8sgpu_monitoring_metrics_adapter": "bool", "k8sgpu_node_labels": "labels", "k8sgpu_node_name": "subdomain",
+    "k8sgpu_monitoring_metrics_adapter": "bool", "k8sgpu_monitoring_state": "state", "k8sgpu_node_labels": "labels",
+    "k8sgpu_node_name": "subdomain",
     "k8sgpu_reboot": "bool", "k8sgpu_serial": "role_option", "k8sgpu_untaint_control_plane": "bool",
 }
 SHARED_SYNTAX.update({"k8sgpu_%s%s" % (cloud, end): kind_ for cloud in ("eks", "gke")
@@ -1489,6 +1491,7 @@ SYNTAX_BY_NAME = {
     "karpenter_log_level": "log_level",
     "karpenter_feature_gates": "feature_gates",
     "karpenter_gpu_node_role": "iam_name",
+    "eks_gpu_pool_pod_identity_role": "iam_name",
     "karpenter_gpu_instance_profile": "iam_name",
     "karpenter_gpu_ec2_tags": "aws_tags",
 }
@@ -1557,6 +1560,12 @@ PASS_THROUGH = {
 # Options whose syntax is checked by a role's own code rather than a rule here, with where (docs/development.md,
 # "Where inputs are checked").
 CHECKED_BY = {
+    # The cloud pool roles pass these to the collection's modules, whose argument specs check them before any API
+    # call (as the shared k8sgpu_eks_*/k8sgpu_gke_* they default to, SHARED_KINDS' module_options).
+    "eks_gpu_pool_cluster": "the module eks_cluster's argument spec, before any API call",
+    "eks_gpu_pool_nodegroup": "the module eks_nodegroup's argument spec, before any API call",
+    "gke_gpu_pool_cluster": "the module gke_cluster's argument spec, before any API call",
+    "gke_gpu_pool_node_pool": "the module gke_node_pool's argument spec, before any API call",
     "dcgm_exporter_counters": "the filter dcgm_counters_csv (field names and types), before any change",
     "dcgm_exporter_extra_counters": "the filter dcgm_counters_csv (field names and types), before any change",
     "gpu_alerts_job": "the filter gpu_alert_rules (a Prometheus label value), before any change",
