@@ -9,7 +9,7 @@
 # the checkout itself is not on the collections path (checked: the playbook ansible-playbook names must be the
 # installed one).
 #   tests/release/test_release.sh [output dir]   (the tarball stays there; default: a temporary directory)
-# Uses ansible-galaxy/ansible-playbook from PATH (make lint: .venv's ansible-core; make compat: 2.17).
+# Uses ansible-galaxy/ansible-playbook from PATH (make lint: .venv's ansible-core, 2.21; make compat: 2.19 and 2.21).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-}
