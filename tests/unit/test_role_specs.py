@@ -47,3 +47,18 @@ def test_internal_vars_are_prefixed(role: Path):
         pytest.skip("no vars/main.yml")
     for name in _load(vars_file):
         assert name.startswith(f"_{role.name}_"), f"{role.name}: internal variable {name} must start with _{role.name}_"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_defaults_hold_values_and_at_most_a_pointer(role: Path):
+    """Each variable is described once, in meta/argument_specs.yml (issue 48 item 2): defaults/main.yml has no
+    description of its own: comments only above the first variable (a pointer there), three lines at most."""
+    path = role / "defaults" / "main.yml"
+    if not path.is_file():
+        pytest.skip("no defaults/main.yml")
+    lines = path.read_text().splitlines()
+    first = next((i for i, line in enumerate(lines) if line and line[0].isalpha()), len(lines))
+    pointer = [line for line in lines[:first] if line.lstrip().startswith("#")]
+    below = [line for line in lines[first:] if line.lstrip().startswith("#")]
+    assert not below and len(pointer) <= 3, (
+        f"{role.name}/defaults/main.yml: describe the variables in meta/argument_specs.yml, not here: {below or pointer}")
