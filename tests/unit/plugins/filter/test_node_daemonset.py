@@ -1,9 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_daemonset import node_daemonset
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._node_daemonset import NodeDaemonSetError, node_daemonset
 
 POD = {"containers": [{"name": "agent", "image": "registry.example/agent:1.0"}],
        "volumes": [{"name": "dev", "hostPath": {"path": "/dev/null", "type": "CharDevice"}}]}
@@ -60,5 +59,5 @@ def test_the_pods_own_fields_win():
     ((POD, "a", "ns", LABELS, "1", "gpu", [], "p", "", [], ["x"]), "annotations must be a dict"),
 ])
 def test_bad_arguments_are_named(args, message):
-    with pytest.raises(AnsibleFilterError, match=message):
+    with pytest.raises(NodeDaemonSetError, match=message):
         node_daemonset(*args)
