@@ -14,7 +14,7 @@ description:
   - Builds what the M(k8sgpu.nvidia.dcgm_exporter) role puts into the cluster, from the role's settings, one part or
     all three.
   - C(objects), in the order the role applies them - the ConfigMap C(<name>-counters) with the counters CSV
-    (C(counters.csv)), the DaemonSet (the node agents', P(k8sgpu.nvidia.node_daemonset#filter), around the
+    (C(counters.csv)), the DaemonSet (the node agents', module_utils/_node_daemonset.py, around the
     exporter's pod, C(SYS_ADMIN) only when the CSV asks for profiling fields, its pods annotated
     C(k8sgpu.nvidia/counters-sha256) so that they roll when the counters change) and the Service (port C(metrics)).
   - C(service_monitor), the ServiceMonitor (C(monitoring.coreos.com/v1), C(honorLabels) false, the Node's name

@@ -15,7 +15,7 @@ description:
     applies them, from the role's settings.
   - The ConfigMap C(<name>-config) holds the plugin's configuration file C(config.yaml), the configuration written as
     P(ansible.builtin.to_nice_yaml#filter) with C(indent=2) writes it.
-  - The DaemonSet is the node agents' (P(k8sgpu.nvidia.node_daemonset#filter)) around the plugin's pod (container
+  - The DaemonSet is the node agents' (module_utils/_node_daemonset.py) around the plugin's pod (container
     C(nvidia-device-plugin-ctr), no capabilities, the kubelet's device plugin directory, the ConfigMap, and every GPU
     as a C(/dev/null) volume mounted at C(/var/run/nvidia-container-devices/all)); its pods carry the annotation
     C(k8sgpu.nvidia/config-sha256), the SHA-256 of the configuration as P(ansible.builtin.to_json#filter) writes it,
