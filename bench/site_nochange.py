@@ -7,7 +7,9 @@ In each round, one after the other on the same inventory:
           the gpu_nodes group through its connection (docker exec for community.docker.docker, directly for local;
           a host without nvidia-smi, as the lab's, is timed all the same and said so);
   (site)  ansible-playbook site.yml -i INVENTORY: everything already in place; the PLAY RECAP must say changed=0
-          on every host (--allow-changed to record instead of failing), and the task count is recorded.
+          on every host (--allow-changed to record instead of failing), and the task count is recorded, with the
+          controller CPU seconds of its process tree (getrusage of the children), which other load on the machine
+          barely moves: compare those where the machine is busy.
 Before the first round, site.yml runs once untimed (--no-converge to skip it) so that the rounds find nothing to do,
 and the collection's plugins are byte-compiled (as a controller has them after its first run without
 PYTHONDONTWRITEBYTECODE).
@@ -25,6 +27,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,9 +39,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)")
 
 
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
-    start = time.perf_counter()
+    """Wall seconds of cmd; the controller CPU seconds it used (its process tree: Ansible's workers, the docker
+    and kubectl clients it starts) are left in timed.cpu, a measure that other load on the machine barely moves."""
+    cpu, start = children_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    timed.cpu = children_cpu() - cpu
     return time.perf_counter() - start, proc
 
 
@@ -126,7 +137,7 @@ def main() -> int:
             sys.stdout.write(proc.stdout[-4000:])
             raise SystemExit(f"the converging site.yml run failed (rc {proc.returncode})")
 
-    ping, hand, site, tasks, changed, notes = [], [], [], [], [], set()
+    ping, hand, site, site_cpu, tasks, changed, notes = [], [], [], [], [], [], set()
     for n in range(args.rounds):
         secs, proc = timed(ping_cmd)
         if proc.returncode:
@@ -141,18 +152,21 @@ def main() -> int:
             sys.stdout.write(proc.stdout[-4000:])
             raise SystemExit(f"round {n + 1}: site.yml failed (rc {proc.returncode})")
         site.append(secs)
+        site_cpu.append(timed.cpu)
         tasks.append(sum(h["ok"] + h["skipped"] for h in rec.values()))
         changed.append({h: r["changed"] for h, r in rec.items() if r["changed"]})
         if changed[-1] and not args.allow_changed:
             raise SystemExit(f"round {n + 1}: site.yml changed something on a run that should change nothing: "
                              f"{changed[-1]} (output above; --allow-changed records it instead)")
         print(f"round {n + 1}: ping {ping[-1]:.1f} s, by hand {hand[-1]:.1f} s, site.yml {site[-1]:.1f} s "
-              f"({tasks[-1]} task results, changed {changed[-1] or 0})", flush=True)
+              f"({site_cpu[-1]:.1f} controller CPU-s, {tasks[-1]} task results, changed {changed[-1] or 0})",
+              flush=True)
 
     result = {
         "inventory": args.inventory, "hosts": len(inv.get("_meta", {}).get("hostvars", {})),
         "gpu_hosts": len(hosts), "machine": f"{platform.node()} {os.cpu_count()} CPUs",
         "ping": summary(ping), "by_hand": summary(hand), "site": summary(site),
+        "site_controller_cpu": summary(site_cpu),
         "site_over_ping": round(statistics.median(site) / statistics.median(ping), 1),
         "task_results": tasks, "changed": changed, "notes": sorted(notes),
     }
