@@ -282,7 +282,7 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, passed=True, elapsed_s=0.0, msg=f"check mode: {len(jobs)} Job(s) validated by the API server",
                          jobs=[{"job": n, "node": pinned[n], "status": "not_run", "passed": None, "reason": "check mode",
-                                   "duration_s": 0.0, "log_tail": []} for n in jobs])
+                                "duration_s": 0.0, "log_tail": []} for n in jobs])
 
     results: dict = {}
     polls = 0

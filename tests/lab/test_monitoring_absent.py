@@ -113,6 +113,7 @@ def test_absent_removes_the_whole_chain_last_part_first(core, workload, tmp_path
     # A second removal changing nothing is each role's (tests/lab/test_role_absent.py): left out here for CI's time.
     print(f"monitoring.yml: install {installed:.1f} s, removal {time.monotonic() - t0 - installed:.1f} s")
 
+
 def test_an_unknown_state_is_refused_before_anything(tmp_path):
     res = monitoring(tmp_path, k8sgpu_monitoring_state="removed")
     assert res.returncode != 0

@@ -287,6 +287,7 @@ def check_importer_expected(root: Path, strict: bool) -> tuple[list[str], list[s
            f"({'; '.join(pending)}): fix them and remove the line(s), a release ships none")
     return ([msg], []) if strict else ([], [msg])
 
+
 def check_execution_environment(root: Path, version: str) -> list[str]:
     ee = root / "execution-environment.yml"
     if not ee.is_file():
@@ -397,7 +398,8 @@ def main(argv: list[str]) -> int:
     if errors:
         return 1
     print(f"release check: galaxy.yml {version}: no version_added newer, changelog and fragments consistent, "
-          f"breaking changes only in a major release, no released version rebuilt from another tree, execution-environment.yml installs k8sgpu-nvidia-{version}.tar.gz, one Galaxy entry "
+          f"breaking changes only in a major release, no released version rebuilt from another tree, "
+          f"execution-environment.yml installs k8sgpu-nvidia-{version}.tar.gz, one Galaxy entry "
           f"per filter" + (", CHANGELOG.rst and the porting guide have it" if strict else ""))
     return 0
 

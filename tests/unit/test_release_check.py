@@ -85,8 +85,8 @@ def make_collection(tmp_path: Path, *, version="1.1.0", released=("1.0.0",), fra
     for f in fragments:
         body = f"breaking_changes:\n  - {f} changed, do this.\n" if f in breaking else "minor_changes:\n  - A change.\n"
         (root / "changelogs" / "fragments" / f).write_text(body)
-    (root / "CHANGELOG.rst").write_text("=====\nNotes\n=====\n\n" + "".join(f"v{v}\n{'=' * (len(v) + 1)}\n\nText.\n\n"
-                                                                        for v in reversed(released)))
+    sections = "".join(f"v{v}\n{'=' * (len(v) + 1)}\n\nText.\n\n" for v in reversed(released))
+    (root / "CHANGELOG.rst").write_text("=====\nNotes\n=====\n\n" + sections)
     if ee_version:
         (root / "execution-environment.yml").write_text(
             f"dependencies:\n  galaxy:\n    collections:\n      - name: collections/k8sgpu-nvidia-{ee_version}.tar.gz\n"
@@ -169,7 +169,6 @@ def test_cli_exit_status(tmp_path):
 
 def test_the_checkout_passes():
     assert errors(ROOT) == []
-
 
 
 def check_all(root, strict=False):
@@ -356,6 +355,7 @@ def test_importer_warnings_not_about_the_dependencies_are_refused_by_a_release(t
     found = release_check.check(root, strict=True)[1]
     assert len(found) == 1 and "role-name" in found[0] and "a release ships none" in found[0], found
 
+
 def release_sh(root: Path) -> subprocess.CompletedProcess:
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(root), "GIT_AUTHOR_NAME": "t",
            "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
@@ -400,6 +400,7 @@ def test_release_sh_refuses_what_the_release_check_refuses(tmp_path):
     res = release_sh(root)
     assert res.returncode == 1 and "1.2.0 is a minor or patch release after 1.1.0" in res.stderr, res.stderr
 
+
 def test_compat_collections_checks_both_ends_against_galaxy_ranges():
     wanted = {"kubernetes.core": ">=5.0.0,<7.0.0", "amazon.aws": ">=9.0.0,<12.0.0"}
     check = compat_collections.check
@@ -414,6 +415,7 @@ def test_compat_collections_checks_both_ends_against_galaxy_ranges():
 
 FILTER_PY = '''from __future__ import annotations
 {doc}
+
 
 def {a}(x):
     return x

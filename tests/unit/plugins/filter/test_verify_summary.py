@@ -22,8 +22,8 @@ WRONG_RESULTS = {
     "msg": "vectorAdd failed on 1 of 2 GPU(s): GPU 1 (NVIDIA H100 80GB HBM3): 3 of 50000 elements wrong, first at index 7: "
            "0.5 + 0.25 gave 0.0, expected 0.75",
     "gpus": [gpu(0, UUID0), gpu(1, UUID1, passed=False, time_ms=0.7,
-                                   error="GPU 1 (NVIDIA H100 80GB HBM3): 3 of 50000 elements wrong, first at index 7: "
-                                         "0.5 + 0.25 gave 0.0, expected 0.75")],
+                                error="GPU 1 (NVIDIA H100 80GB HBM3): 3 of 50000 elements wrong, first at index 7: "
+                                      "0.5 + 0.25 gave 0.0, expected 0.75")],
 }
 NO_DRIVER = {"failed": True, "passed": False, "gpus": [],
              "msg": "Cannot load the CUDA driver library libcuda.so.1 (libcuda.so.1: cannot open shared object file)"}
