@@ -324,7 +324,10 @@ def test_every_readme_shell_block_runs_as_a_user_runs_it(tmp_path, standins, cor
                 seen.add("requirements")
             if stats:
                 assert all(s["failed"] == 0 and s["unreachable"] == 0 for s in stats.values()), out[-4000:]
-        ran.append(f"{block.where()} ({time.monotonic() - start:.1f} s): {cmds[0][:80]}")
+        recaps = stats if isinstance(stats, list) else [stats]
+        changed = sum(host["changed"] for one in recaps for host in one.values())
+        ran.append(f"{block.where()} ({time.monotonic() - start:.1f} s{f', changed={changed}' if stats else ''}): "
+                   f"{cmds[0][:80]}")
     print("\nREADME blocks run:\n  " + "\n  ".join(ran) + "\nnot run (marked):\n  " + "\n  ".join(not_run))
     # The steps a user goes through are all there, in order; a README that lost one fails here.
     assert seen == {"install", "requirements", "site", "eda"}, seen
