@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from k8sgpu_testlib import readme
 
@@ -73,3 +74,21 @@ def test_every_block_has_a_language_and_markers_have_a_reason():
     assert not [b.where() for b in found if not b.lang], "a fenced block without a language (sh, bash, yaml, ...)"
     # The marker only means something on a shell block.
     assert not [b.where() for b in found if b.not_run and not b.shell]
+
+
+def test_alertmanager_receiver_matches_the_rulebook():
+    """The README's Alertmanager receiver (YAML, not run) routes exactly the alerts the rulebook acts on, to the
+    source's default address."""
+    receiver = [yaml.safe_load(b.body) for b in readme.blocks(README) if b.lang == "yaml" and "k8sgpu-gpu-health" in b.body]
+    assert len(receiver) == 1, receiver
+    route, = receiver[0]["route"]["routes"]
+    names = set(re.fullmatch(r'alertname=~"([^"]+)"', route["matchers"][0]).group(1).split("|"))
+    rulebook = yaml.safe_load((readme.ROOT / "extensions/eda/rulebooks/gpu_health.yml").read_text(encoding="utf-8"))
+    acted_on = set()
+    for rule in rulebook[0]["rules"]:
+        found = re.search(r"alertname in \[([^\]]+)\]", rule["condition"])
+        if found:
+            acted_on |= set(re.findall(r'"([^"]+)"', found.group(1)))
+    assert names == acted_on and len(names) == 4, (names, acted_on)
+    hook, = receiver[0]["receivers"][0]["webhook_configs"]
+    assert hook["url"] == "http://127.0.0.1:5000/alerts" and hook["send_resolved"] is True, hook
