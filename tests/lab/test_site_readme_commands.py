@@ -1,8 +1,8 @@
 """Every shell block of README.md, run as a user runs them, in the README's order (issue 47 item 3): the README cannot
 go wrong silently.
 
-The user starts in an empty directory with ansible-core on PATH and nothing else: HOME is a scratch directory (so
-`~/.ansible/collections` and `~/venv-rulebook` are the test's), no ansible.cfg, and the tarball `ansible-galaxy
+The user starts in an empty directory with ansible-core on PATH and nothing else: HOME is the test's own (so
+`~/.ansible/collections` is empty at the start), no ansible.cfg, and the tarball `ansible-galaxy
 collection build` makes from this checkout in the current directory, as a user who downloaded or built it. Each
 block runs with `bash -euo pipefail` there; the blocks share the directory and HOME, as a user's terminal does:
 
@@ -17,7 +17,9 @@ block runs with `bash -euo pipefail` there; the blocks share the directory and H
 - Rolling upgrades: marked. On the lab's GPU hosts the driver is installed but cannot load (no GPU), so the window's
   check (driver loaded, vectorAdd) fails by design; test_fleet_limits.py and test_upgrade.py roll changes through the
   same window on hosts where it can pass.
-- The Event-Driven Ansible recipe: the rulebook venv made by the README's commands (pip's cache: about 10 s),
+- The Event-Driven Ansible recipe: the rulebook venv by the README's commands (HOME is $K8SGPU_CACHE/readme-home-<key>,
+  emptied at the start but for `~/venv-rulebook`, which those commands built in an earlier run: keyed by
+  requirements-eda.txt's hash and the Python version, built from pip's cache the first time, 14-21 s),
   ansible.eda from ../shared's tarball where the README installs it from Galaxy (the marked block), then the
   README's ansible-rulebook line in the background; an alert posted as Alertmanager posts it (the README's receiver,
   port 5000) for a GPU host whose kernel log has an Xid 79 (the stand-ins of k8sgpu_testlib.gpu_health_lab): its
@@ -32,8 +34,11 @@ docs/development.md.
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -131,12 +136,29 @@ def wait(what: str, probe, timeout: float, log: Path | None = None):
     pytest.fail(f"{what}: not within {timeout} s\n{tail}")
 
 
+def home_dir() -> Path:
+    key = hashlib.sha256((ROOT / "requirements-eda.txt").read_bytes() + sys.version.encode()).hexdigest()[:12]
+    return LAB_CACHE / f"readme-home-{key}"
+
+
 class User:
     """The user's terminal: a scratch HOME, an empty working directory, PATH with ansible-core."""
 
     def __init__(self, base: Path, standin_vars: Path):
-        self.home, self.work, self.venv = base / "home", base / "work", base / "venv"
-        for path in (self.home, self.work, base / "site"):
+        # HOME is fresh but for ~/venv-rulebook: the venv the README's own two commands built in an earlier run of
+        # this test, for this requirements-eda.txt and this Python (a first run, or a new file, builds it with them
+        # from pip's cache); `python3 -m venv` on it and the pip install then find it done, as for a user who runs
+        # them again. The caller holds home_lock() (two runs at once would share it, and port 5000).
+        self.home, self.work, self.venv = home_dir(), base / "work", base / "venv"
+        self.home.mkdir(parents=True, exist_ok=True)
+        for child in self.home.iterdir():
+            if child.name == "venv-rulebook":
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        for path in (self.work, base / "site"):
             path.mkdir()
         # The user's Python environment: sees .venv's packages, installs into itself only.
         subprocess.run([sys.executable, "-m", "venv", str(self.venv)], check=True)
@@ -274,6 +296,8 @@ def standins(tmp_path_factory):
 def test_every_readme_shell_block_runs_as_a_user_runs_it(tmp_path, standins, core):
     found = readme.blocks(ROOT / "README.md")
     shell = [b for b in found if b.shell]
+    lock = home_dir().with_suffix(".lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the test's process ends or the file is closed
     user = User(tmp_path, standins)
     # The tarball in the user's directory, as downloaded or built.
     built = user.run(f"ansible-galaxy collection build {ROOT}")
