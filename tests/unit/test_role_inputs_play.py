@@ -158,6 +158,9 @@ SPEC_REFUSED = {
     "device_plugin": {"device_plugin_install_method": "kustomize", "device_plugin_mig_strategy": "all",
                       "device_plugin_device_list_strategy": ["env"], "device_plugin_device_id_strategy": "serial",
                       "device_plugin_state": "gone"},
+    # the four the driver's preflight repeated before issue 48
+    "driver": {"driver_source": "cuda", "driver_kernel_modules": "nouveau", "driver_no_gpu": "warn",
+               "driver_reboot": "later"},
     "eks_gpu_pool": {"eks_gpu_pool_state": "gone", "eks_gpu_pool_provisioner": "fargate",
                      "eks_gpu_pool_cluster_state": "absent"},
     "gke_driver_installer": {"gke_driver_installer_state": "gone", "gke_driver_installer_image_pull_policy": "Sometimes"},
