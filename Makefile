@@ -23,13 +23,14 @@ STAMP = @echo "[make $@ started $$(date +%H:%M:%S)]"
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-# $(1): a venv made with $(PYTHON), from scratch when it holds another Python version (a venv of 3.11 before 2.0.0).
+# $(1): a venv made with $(2) (default $(PYTHON), checked by lab/install-deps.sh), from scratch when it holds another
+# Python version (.venv was a venv of 3.11 before 2.0.0).
 define make_venv
-	@PYTHON="$(PYTHON)" lab/install-deps.sh --python >/dev/null
+	@$(if $(2),command -v $(2) >/dev/null || { echo "$(2) not found (the Python of $(1))" >&2; exit 1; },PYTHON="$(PYTHON)" lab/install-deps.sh --python >/dev/null)
 	@v() { "$$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }; \
-	  if [ -x $(1)/bin/python ] && [ "$$(v $(1)/bin/python)" != "$$(v $(PYTHON))" ]; then \
-	    echo "$(1) has Python $$(v $(1)/bin/python), not $$(v $(PYTHON)): made again"; rm -rf $(1); fi
-	$(PYTHON) -m venv $(1)
+	  if [ -x $(1)/bin/python ] && [ "$$(v $(1)/bin/python)" != "$$(v $(or $(2),$(PYTHON)))" ]; then \
+	    echo "$(1) has Python $$(v $(1)/bin/python), not $$(v $(or $(2),$(PYTHON))): made again"; rm -rf $(1); fi
+	$(or $(2),$(PYTHON)) -m venv $(1)
 endef
 
 $(VENV)/.installed: requirements-dev.txt
@@ -49,11 +50,13 @@ $(IMPORTER_VENV)/.installed: requirements-importer.txt
 importer-venv: $(IMPORTER_VENV)/.installed
 
 # The lower bound of requires_ansible (meta/runtime.yml): ansible-core 2.19 with what tests/unit needs (2.19 has the
-# unit tests' ansible.module_utils.testing.patch_module_args). The dependency collections are not installed in it:
-# make compat-lowest puts them on its sys.path.
+# unit tests' ansible.module_utils.testing.patch_module_args), on the oldest Python 2.19 supports as a controller,
+# 3.11 (Debian 12's python3). The dependency collections are not installed in it: make compat-lowest puts them on
+# its sys.path.
 COMPAT_VENV ?= $(CURDIR)/.venv-compat
+COMPAT_PYTHON ?= python3.11
 $(COMPAT_VENV)/.installed: requirements-compat.txt
-	$(call make_venv,$(COMPAT_VENV))
+	$(call make_venv,$(COMPAT_VENV),$(COMPAT_PYTHON))
 	$(COMPAT_VENV)/bin/pip install -q --upgrade pip
 	$(COMPAT_VENV)/bin/pip install -q -r requirements-compat.txt
 	touch $@
@@ -239,7 +242,7 @@ define compat_run
 	  DEPS_COLLECTIONS_PATH=$(2) tests/release/test_release.sh
 endef
 
-compat: compat-lowest compat-newest  ## both ends: ansible-core 2.19 with the lowest dependency collections, 2.21 with the newest
+compat: compat-lowest compat-newest  ## both ends: ansible-core 2.19 (Python 3.11) with the lowest dependency collections, 2.21 with the newest
 
 compat-lowest: compat-venv  ## requires_ansible's and galaxy.yml's lower bounds: unit tests and installed playbooks' syntax check on ansible-core 2.19, kubernetes.core 5.0.0, amazon.aws 9.0.0
 	$(STAMP)
