@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Private to k8sgpu.nvidia (filters driver_plan, driver_outcome and driver_kernel_modules of the driver role).
+"""Private to k8sgpu.nvidia (filters driver_plan and driver_outcome of the driver role).
 
 The driver role's decisions for one host, in one place.
 
