@@ -500,4 +500,3 @@ def boot_reading(proc_root: Path, modules_root: Path) -> dict:
     return {"boot_time": round(boot_time, 2), "module_time": None if module_time is None else round(module_time, 2),
             "module_file": module_file, "module_kernels": kernels, "running_kernel": running,
             "installed_since_boot": since_boot, "detail": describe(module_file, kernels, running, since_boot)}
-

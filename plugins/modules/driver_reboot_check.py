@@ -109,8 +109,7 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import (  # noqa: F401 (the tests' names)
-    boot_reading, describe, newest_module, read_boot_time, read_boot_time_from)
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_kernels import boot_reading
 
 
 def main() -> None:

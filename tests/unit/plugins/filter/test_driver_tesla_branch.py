@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_plan import DriverPlanError, driver_kernel_modules
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_plan import driver_kernel_modules
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._driver_plan import installed_flavour
 
 HOST = "gpu-t-01"

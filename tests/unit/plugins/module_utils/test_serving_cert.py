@@ -26,7 +26,7 @@ def test_issued_pair_is_kept(pem):
     info = describe(pem)
     assert info["dns_names"] == sorted(NAMES)
     not_after = datetime.datetime.strptime(info["not_after"], "%Y-%m-%dT%H:%M:%SZ")
-    assert 728 < (not_after - datetime.datetime.utcnow()).days <= 730
+    assert 728 < (not_after - datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)).days <= 730
     assert "PRIVATE" not in str(info)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _driver_kernels as boot
 from ansible_collections.k8sgpu.nvidia.plugins.modules import driver_reboot_check
 from module_harness import AnsibleExitJson, AnsibleFailJson
 
@@ -42,14 +43,14 @@ def run(module_io, **params) -> dict:
 
 def test_boot_time_is_when_pid1_started():
     """btime plus PID 1's start ticks: a container started 1234567 ticks after the host booted."""
-    assert driver_reboot_check.read_boot_time_from(1_700_000_000, PID1_STAT, TICKS) == pytest.approx(
+    assert boot.read_boot_time_from(1_700_000_000, PID1_STAT, TICKS) == pytest.approx(
         1_700_000_000 + 1234567 / TICKS)
 
 
 def test_a_command_name_with_spaces_and_parentheses(tmp_path):
     stat = PID1_STAT.replace("(systemd)", "(my (init) x)")
     root = proc(tmp_path / "proc", 1_700_000_000, stat)
-    assert driver_reboot_check.read_boot_time(root, 100) == pytest.approx(1_700_000_000 + 12345.67)
+    assert boot.read_boot_time(root, 100) == pytest.approx(1_700_000_000 + 12345.67)
 
 
 def test_module_installed_after_the_boot_needs_it(tmp_path, module_io):
