@@ -18,7 +18,7 @@ INVENTORY ?= inventories/lab
 # First line of each step's recipe: when it started (make test's log is its timeline).
 STAMP = @echo "[make $@ started $$(date +%H:%M:%S)]"
 
-.PHONY: help deps venv importer-venv compat-venv release-check release porting-guide compat compat-lowest compat-newest requirements-install lab lab-images lab-down lab-status site test prebuild lint sanity unit cloud molecule integration lab-extended upgrade-test clean-cache
+.PHONY: help deps venv importer-venv compat-venv release-check release porting-guide docs compat compat-lowest compat-newest requirements-install lab lab-images lab-down lab-status site test prebuild lint sanity unit cloud molecule integration lab-extended upgrade-test clean-cache
 
 help:  ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -261,6 +261,9 @@ requirements-install:  ## each requirements file in a fresh venv, pip 23.2.1 and
 sanity: venv  ## ansible-test sanity (tests/sanity/run.sh)
 	$(STAMP)
 	tests/sanity/run.sh
+
+docs: venv  ## regenerate the role READMEs' variables tables from meta/argument_specs.yml
+	$(VENV)/bin/python tests/support/role_readmes.py
 
 unit: venv  ## unit tests
 	$(STAMP)
