@@ -104,7 +104,6 @@ detail:
     the running kernel 6.18.5 has no NVIDIA module (built for 6.1.0-50-amd64)
 """
 
-import os
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
