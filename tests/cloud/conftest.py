@@ -70,8 +70,9 @@ def run_module(module: str, args: dict, env: dict, *, check: bool, diff: bool, p
 
 def run_module_verbose(module: str, args: dict, env: dict, *, python: str, verbosity: str = "-vvv") -> tuple[int, str]:
     """One module run at -vvv with the default stdout callback, as a user reads it: (exit status, everything
-    printed). For the tests that grep the output for credentials (the invocation is printed from -vvv on)."""
-    env = {**env, "ANSIBLE_STDOUT_CALLBACK": "default"}
+    printed). For the tests that grep the output for credentials (the invocation is printed from -vvv on; since
+    ansible-core 2.21 only where INJECT_INVOCATION is on, which a user may turn on: the worst case, so on here)."""
+    env = {**env, "ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_INJECT_INVOCATION": "true"}
     cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", verbosity, "-m", module,
            "-a", json.dumps(args), "-e", f"ansible_python_interpreter={python}"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)

@@ -12,7 +12,9 @@ PLAYBOOK = "tests/lab/playbooks/gpu_facts_reuse.yml"
 
 def _results(cache_dir) -> list[dict]:
     res = run(["ansible-playbook", "-i", "inventories/lab", PLAYBOOK],
+              # ansible-core 2.21 adds a result's invocation (the sign a module ran) only with INJECT_INVOCATION.
               env_extra={"ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json",
+                         "ANSIBLE_INJECT_INVOCATION": "true",
                          "ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache_dir)})
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     tasks = json.loads(res.stdout)["plays"][0]["tasks"]
