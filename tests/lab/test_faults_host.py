@@ -29,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ansible.release import __version__ as ansible_version
+
 import pytest
 
 from ansible_output import recap
@@ -516,6 +518,10 @@ def test_controller_killed_between_containerds_drop_in_write_and_its_restart(inv
     assert digest == reference, diff(reference, digest)
 
 
+# Known regression (open): on ansible-core 2.21 the task timeout does not end the run while the host is frozen
+# during the toolkit's apt install (still waiting after 90 s, 2026-12-07, twice); on 2.19 it ended within the bound.
+@pytest.mark.xfail(tuple(int(p) for p in ansible_version.split(".")[:2]) >= (2, 21), strict=False,
+                   reason="ansible-core 2.21: the task timeout does not end a run on a frozen host (issue 51, open)")
 def test_host_frozen_longer_than_the_bound_during_the_toolkits_install(inventory, reference, tmp_path):
     """The converged host without the toolkit's packages: while apt fetches nvidia-container-toolkit (a proxy holds
     the .deb half-sent) the host is frozen (docker pause) for longer than the bound the run sets
