@@ -55,6 +55,8 @@ need=(
   gcc:gcc
   dpkg-scanpackages:dpkg-dev
   gpg:gnupg
+  ssh:openssh-client
+  ssh-keygen:openssh-client
   python3:python3
 )
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(/nonexistent:python3-venv)

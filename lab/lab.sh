@@ -220,9 +220,13 @@ DKMS_CCACHE_RUN_ARGS=(-v "$DKMS_CCACHE_DIR:/var/cache/k8sgpu-ccache" -e DEBIAN_K
 # site's GPU host has its container runtime before the collection runs. Docker
 # keeps its images on vfs (the container's own disk is overlayfs); the
 # container toolkit role must merge its runtime into that daemon.json.
-# (trixie packages Docker's command line apart, as docker-cli.)
-gpu_host_packages() { if [ "$1" = bookworm ]; then echo "docker.io containerd"; else echo "docker.io docker-cli containerd"; fi; }
-GPU_HOST_RECIPE=2
+# (trixie packages Docker's command line apart, as docker-cli.) OpenSSH's
+# server, as a site's host has it, not started: a test that must reach the
+# host as a site does (ssh, not docker exec) starts it.
+gpu_host_packages() {
+  if [ "$1" = bookworm ]; then echo "docker.io containerd openssh-server"; else echo "docker.io docker-cli containerd openssh-server"; fi
+}
+GPU_HOST_RECIPE=3
 gpu_host_tag() { echo "k8sgpu-lab/gpu-host:$1"; }
 gpu_host_key() { printf "%s|%s|%s" "$(image_key "$1")" "$(gpu_host_packages "$1")" "$GPU_HOST_RECIPE" | sha256sum | cut -c1-12; }
 build_gpu_host_image() {
@@ -245,6 +249,7 @@ build_gpu_host_image() {
       DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends \
         -o Acquire::http::Proxy=http://$LAB_GATEWAY:$APT_PROXY_PORT install $packages
       apt-get clean; rm -rf /var/lib/apt/lists/*
+      systemctl disable -q ssh.service
       mkdir -p /etc/docker; printf '{\n  \"storage-driver\": \"vfs\"\n}\n' >/etc/docker/daemon.json
     " >"$K8SGPU_CACHE/images/gpu-host-$suite.log" 2>&1; then
     tail -n 20 "$K8SGPU_CACHE/images/gpu-host-$suite.log" >&2
