@@ -1,7 +1,7 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filter controller_file, used by the roles that write files on the controller (gpu_alerts and dcgm_exporter through
-_k8s, gpu_metrics_adapter); the logic is in module_utils/_controller_files.py."""
+k8s_apply, gpu_metrics_adapter); the logic is in module_utils/_controller_files.py."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The namespace_leftovers filter (the private role _k8s); the logic is in module_utils/_k8s_namespace.py."""
+"""The namespace_leftovers filter (the private role k8s_apply); the logic is in module_utils/_k8s_namespace.py."""
 from __future__ import annotations
 
 # The documentation of the filter this file is named after is here, not in a .yml beside it: Galaxy lists
@@ -13,7 +13,7 @@ description:
   - Takes the loop results of M(kubernetes.core.k8s_info), one per kind, over a namespace, and returns each object
     as C(Kind/name), leaving out O(defaults), the objects in O(removed), objects owned by another object (they are
     garbage-collected with it) and objects already being deleted.
-  - The private role C(_k8s) removes a namespace it created only when this list is empty.
+  - The private role C(k8s_apply) removes a namespace it created only when this list is empty.
 positional: _input, defaults, removed
 options:
   _input:

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters pod_security_namespace and pod_security_conflict of the private role _k8s (namespaces with Pod
+"""Filters pod_security_namespace and pod_security_conflict of the private role k8s_apply (namespaces with Pod
 Security labels); the logic is in module_utils/_k8s_namespace.py."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Private to k8sgpu.nvidia (filter controller_file: the roles gpu_alerts and dcgm_exporter through the private role
-_k8s, and gpu_metrics_adapter).
+k8s_apply, and gpu_metrics_adapter).
 
 Where a role may write a file on the controller, and whether it may replace the file there:
 - a relative path is taken under the playbook's directory (playbook_dir);

@@ -1,6 +1,6 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Private to k8sgpu.nvidia: the namespaces the roles create, through the private role _k8s (filters
+"""Private to k8sgpu.nvidia: the namespaces the roles create, through the private role k8s_apply (filters
 pod_security_namespace, pod_security_conflict and namespace_leftovers).
 
 - the Namespace object, labelled as the collection's, with the Pod Security labels its pods need;

@@ -1,7 +1,7 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Private to k8sgpu.nvidia: whether a live Kubernetes object belongs to another manager (Helm, kubectl, an
-operator), so that the private role _k8s neither takes it over (server-side apply with conflicts forced) nor
+operator), so that the private role k8s_apply neither takes it over (server-side apply with conflicts forced) nor
 deletes it (state=absent deletes by name) unless asked.
 
 Not a public API. foreign_owner and earlier_writes are pure and unit-tested; the module k8s_namespace_objects reads
@@ -63,8 +63,8 @@ def foreign_owner(obj: Any, field_manager: str = FIELD_MANAGER, take_over_manage
 def earlier_writes(managed_fields: Any, managers: Iterable[str]) -> list[Mapping]:
     """The entries of managed_fields (an object's metadata.managedFields) in which one of managers wrote the main
     resource with an Update (a merge patch, a PUT): fields server-side apply never removes while another manager
-    holds them. A subresource's entries (a controller's status) are not. The private role _k8s hands them to its
-    field manager once (filter take_over_fields) for its _k8s_take_over_managers."""
+    holds them. A subresource's entries (a controller's status) are not. The private role k8s_apply hands them to its
+    field manager once (filter take_over_fields) for its _k8s_apply_take_over_managers."""
     wanted = set(managers or ())
     if not wanted or isinstance(managed_fields, (str, Mapping)) or not isinstance(managed_fields, Sequence):
         return []
@@ -83,7 +83,7 @@ def refusal(found: list[tuple[Mapping, str]], owner: str, state: str) -> str:
     """The message that refuses to take over (state=present) or delete (state=absent) the objects found."""
     action = "delete" if state == "absent" else "take over (server-side apply with conflicts forced)"
     lines = "; ".join(f"{describe(obj)}: {why}" for obj, why in found)
-    return (f"k8sgpu.nvidia.{owner or '_k8s'} would {action} objects another manager owns - {lines}. Nothing was "
+    return (f"k8sgpu.nvidia.{owner or 'k8s_apply'} would {action} objects another manager owns - {lines}. Nothing was "
             f"changed. Remove or rename the other manager's objects (or choose other names or another namespace "
-            f"for the role's), or, to hand them to the role, run it with _k8s_take_over=true "
-            f"(for example -e _k8s_take_over=true).")
+            f"for the role's), or, to hand them to the role, run it with _k8s_apply_take_over=true "
+            f"(for example -e _k8s_apply_take_over=true).")

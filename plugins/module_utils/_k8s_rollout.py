@@ -1,7 +1,7 @@
 # Copyright: k8sgpu.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Private to k8sgpu.nvidia: whether a DaemonSet or Deployment has rolled out, and per Node why a DaemonSet's pod is
-missing (module k8s_rollout_wait, which the private role _k8s runs for every role that applies a workload).
+missing (module k8s_rollout_wait, which the private role k8s_apply runs for every role that applies a workload).
 
 Pure functions over API objects (dicts), so they are unit-tested without a cluster; the per-pod diagnosis is the
 device plugin's, in _k8s_gpu.

@@ -16,18 +16,18 @@ description:
   - A kind the API server does not serve (a CRD that is not installed) gives no objects and C(api_found=false), also
     when the client's cached discovery documents still list it but the LIST answers 404 (its CRD was just removed).
   - Why not M(kubernetes.core.k8s_info) in a loop - it lists one kind per call, and each call pays for starting Python
-    and importing the Kubernetes client (about a second); the private role C(_k8s) looks for twenty kinds before it
+    and importing the Kubernetes client (about a second); the private role C(k8s_apply) looks for twenty kinds before it
     removes a namespace it created, which took 12-15 s per removal with a loop and takes one call with this module.
   - With O(objects) instead (since 1.1.0), reads those objects by name (in one call) and returns in RV(foreign) each
     that exists and belongs to another manager - its label C(app.kubernetes.io/managed-by) names someone else, it
     carries Helm's annotation C(meta.helm.sh/release-name), or it was created by another field manager and never
     applied by O(field_manager). With O(fail_on_foreign), the
-    task then fails naming each and what to do. The private role C(_k8s) calls it before it applies (server-side,
+    task then fails naming each and what to do. The private role C(k8s_apply) calls it before it applies (server-side,
     conflicts forced) or deletes objects, so that it takes over or deletes another manager's object only when asked.
   - With O(objects), also tells which of their namespaces do not exist (RV(missing_namespaces)), in the same call -
-    in check mode the API server cannot dry-run an object whose namespace is still to be created, and C(_k8s) reports
+    in check mode the API server cannot dry-run an object whose namespace is still to be created, and C(k8s_apply) reports
     those objects instead of applying them.
-  - In the same call (since 1.2.0), for the private role C(_k8s) before it writes anything - the Namespace O(namespace)
+  - In the same call (since 1.2.0), for the private role C(k8s_apply) before it writes anything - the Namespace O(namespace)
     as it is (RV(live_namespace)), which of the objects' kinds the API server serves (RV(served); a kind whose CRD
     is not installed has nothing to delete), which objects the collection's earlier writers
     O(take_over_managers) still hold fields of (RV(take_over)), and which of the CRDs O(crds) are not established
@@ -92,7 +92,7 @@ options:
   owner:
     description: With O(fail_on_foreign), the role named in the message.
     type: str
-    default: _k8s
+    default: k8s_apply
     version_added: 1.1.0
   state:
     description:
@@ -390,7 +390,7 @@ def main():
             field_manager=dict(type="str", default="k8sgpu.nvidia"),
             take_over_managers=dict(type="list", elements="str", default=[]),
             fail_on_foreign=dict(type="bool", default=False),
-            owner=dict(type="str", default="_k8s"),
+            owner=dict(type="str", default="k8s_apply"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             crds=dict(type="list", elements="str"),
         ),

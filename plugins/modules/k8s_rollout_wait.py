@@ -14,7 +14,7 @@ description:
   - For a DaemonSet it then reads the Nodes and the DaemonSet's pods, and names each Node that must run a pod (those
     in O(nodes) and those with the label the DaemonSet's node affinity requires) but has no Ready one, with the reason
     (the Node is missing or NotReady, an untolerated taint, the node affinity, a waiting container).
-  - It fails when the rollout did not finish or a Node has no Ready pod. The private role C(_k8s) (entry point
+  - It fails when the rollout did not finish or a Node has no Ready pod. The private role C(k8s_apply) (entry point
     C(rollout)) is how the collection's roles call it.
 author:
   - k8sgpu.nvidia maintainers (@k8sgpu)

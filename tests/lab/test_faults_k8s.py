@@ -344,9 +344,9 @@ def test_api_server_killed_during_kubernetes_yml(apis):
         assert reached, text[-3000:]
         assert proc.returncode != 0, text[-3000:]
         failed = text[text.rfind("TASK [", 0, text.find("fatal: [")):]
-        # The device plugin's task, or the private role _k8s's that applies its objects, names the host, the object
+        # The device plugin's task, or the private role k8s_apply's that applies its objects, names the host, the object
         # and the API server.
-        assert failed.startswith(("TASK [k8sgpu.nvidia.device_plugin : ", "TASK [k8sgpu.nvidia._k8s : ")), failed[:3000]
+        assert failed.startswith(("TASK [k8sgpu.nvidia.device_plugin : ", "TASK [k8sgpu.nvidia.k8s_apply : ")), failed[:3000]
         assert "fatal: [localhost]" in failed and "nvidia-device-plugin" in failed, failed[:3000]
         assert "Connection refused" in failed and "127.0.0.1" in failed, failed[:3000]
 

@@ -1,7 +1,7 @@
-"""Issue 34.8 against the lab's real kube-apiserver: the private role _k8s (here through gpu_dashboard, whose one
+"""Issue 34.8 against the lab's real kube-apiserver: the private role k8s_apply (here through gpu_dashboard, whose one
 object is a ConfigMap) neither takes over nor deletes an object another field manager made - server-side apply with
 field manager ``helm`` (what Helm 4 does), or a Helm 3 release's labels and annotations - and says which and how to
-allow it; with ``-e _k8s_take_over=true`` it takes it over (state present) and deletes it (state absent). 1.0.0
+allow it; with ``-e _k8s_apply_take_over=true`` it takes it over (state present) and deletes it (state absent). 1.0.0
 force-applied over the object and deleted it by name."""
 from __future__ import annotations
 
@@ -56,13 +56,13 @@ def test_helms_object_is_neither_taken_over_nor_deleted_unless_asked(core, names
         out = flat(res.stdout)
         assert res.returncode != 0, out[-3000:]
         assert f"ConfigMap {namespace}/{NAME}: it was created by another field manager (helm)" in out, out[-3000:]
-        assert "_k8s_take_over=true" in out and "Nothing was changed" in out
+        assert "_k8s_apply_take_over=true" in out and "Nothing was changed" in out
         assert ("would delete" if args and "absent" in args[-1] else "would take over") in out
         after = core.read_namespaced_config_map(NAME, namespace)  # still there, untouched
         assert after.metadata.resource_version == before.metadata.resource_version
     assert managers(core, namespace) == {("helm", "Apply")}
 
-    res = role(extra, "-e", "_k8s_take_over=true")
+    res = role(extra, "-e", "_k8s_apply_take_over=true")
     assert res.returncode == 0, flat(res.stdout)[-3000:]
     cm = core.read_namespaced_config_map(NAME, namespace)
     assert ("k8sgpu.nvidia", "Apply") in managers(core, namespace) and "k8sgpu-gpu-dashboard.json" in cm.data
@@ -83,7 +83,7 @@ def test_a_helm3_release_object_is_not_deleted_unless_asked(core, namespace):
     assert "its label app.kubernetes.io/managed-by is 'Helm'" in flat(res.stdout), flat(res.stdout)[-3000:]
     core.read_namespaced_config_map(NAME, namespace)  # still there
 
-    res = role(extra, "-e", "_k8s_take_over=true")
+    res = role(extra, "-e", "_k8s_apply_take_over=true")
     assert res.returncode == 0, flat(res.stdout)[-3000:]
     with pytest.raises(client.ApiException) as gone:
         core.read_namespaced_config_map(NAME, namespace)

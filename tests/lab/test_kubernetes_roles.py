@@ -229,7 +229,7 @@ def test_device_plugin_rolls_out_on_gpu_nodes_only(core, plugin, clean_gpu_label
     # A config change updates the ConfigMap and the DaemonSet's config checksum, which rolls the pods.
     old_sum = ds.spec.template.metadata.annotations["k8sgpu.nvidia/config-sha256"]
     changed_cfg = role("device_plugin", extra={**extra, "device_plugin_time_slicing_replicas": 0})
-    # One task (the private role _k8s's apply, one module call for both objects) writes both; both changing is
+    # One task (the private role k8s_apply's apply, one module call for both objects) writes both; both changing is
     # asserted below, on the live objects.
     assert changed_cfg.returncode == 0 and changed(changed_cfg) == 1, changed_cfg.stdout[-3000:]
     ds = plugin.read_namespaced_daemon_set(DS, "kube-system")

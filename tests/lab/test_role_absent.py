@@ -1,4 +1,4 @@
-"""state: absent for the Kubernetes roles that go through the private role _k8s, against the lab's real API server:
+"""state: absent for the Kubernetes roles that go through the private role k8s_apply, against the lab's real API server:
 snapshot the cluster's objects of the kinds the role makes, create with the role, plant an unrelated object in the
 same namespace, remove with state=absent (check mode first: nothing changes), compare with the snapshot. The planted
 object survives and keeps the namespace the role created; once it is gone, the namespace goes too; a second removal

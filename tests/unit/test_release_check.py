@@ -349,9 +349,9 @@ def test_importer_warnings_not_about_the_dependencies_are_refused_by_a_release(t
     expected = root / "tests" / "release" / "importer-expected-warnings.txt"
     expected.write_text("# deps\nsyntax-check\\[unknown-module\\]: kubernetes\n")
     assert release_check.check(root, strict=True)[1] == []
-    expected.write_text(expected.read_text() + "# PENDING: to fix\n^roles/_k8s:[0-9]+: role-name\n")
+    expected.write_text(expected.read_text() + "# PENDING: to fix\n^roles/k8s_apply:[0-9]+: role-name\n")
     version, found, notes = check_all(root)
-    assert found == [] and any("accepts 1 galaxy-importer warning(s)" in n and "_k8s" in n for n in notes), notes
+    assert found == [] and any("accepts 1 galaxy-importer warning(s)" in n and "k8s_apply" in n for n in notes), notes
     found = release_check.check(root, strict=True)[1]
     assert len(found) == 1 and "role-name" in found[0] and "a release ships none" in found[0], found
 

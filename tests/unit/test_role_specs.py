@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from k8sgpu_testlib.roles import variable_prefix
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
 
@@ -30,7 +32,7 @@ def test_defaults_and_argument_specs_match(role: Path):
         f"only in defaults {sorted(set(defaults) - set(documented))}, "
         f"only in specs {sorted(set(documented) - set(defaults))}"
     )
-    prefix = f"{role.name}_"
+    prefix = variable_prefix(role.name)
     assert all(k.startswith(prefix) for k in defaults), f"{role.name}: public variables must start with {prefix}"
     for name, value in defaults.items():
         spec = documented[name]
@@ -46,7 +48,8 @@ def test_internal_vars_are_prefixed(role: Path):
     if not vars_file.exists():
         pytest.skip("no vars/main.yml")
     for name in _load(vars_file):
-        assert name.startswith(f"_{role.name}_"), f"{role.name}: internal variable {name} must start with _{role.name}_"
+        prefix = "_" + variable_prefix(role.name)
+        assert name.startswith(prefix), f"{role.name}: internal variable {name} must start with {prefix}"
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)

@@ -9,6 +9,7 @@ Modules:
     k8s_api              ignore_404(): a Kubernetes client call where a 404 (already gone) is success
     gpu_health_lab       the GPU health stand-ins on the lab's GPU hosts, and the alert chain to ansible-rulebook
     control_plane        the lab's control-plane processes stopped, paused and started again (kwok.yaml's commands)
+    roles                which roles are private, and the prefix of each role's variables
 
 How it is imported (``from k8sgpu_testlib.scale_from_zero import FakeAutoscaler``), without sys.path edits in the
 files that use it:

@@ -1,5 +1,5 @@
 """Files on the controller (issue 46 item 4): module_utils/_controller_files.py directly, and the roles gpu_alerts,
-dcgm_exporter (through _k8s) and gpu_metrics_adapter in localhost-only playbook runs that need no cluster (the
+dcgm_exporter (through k8s_apply) and gpu_metrics_adapter in localhost-only playbook runs that need no cluster (the
 PrometheusRule/ServiceMonitor CRD mode never, the adapter's mode rules_only with its Prometheus check off)."""
 from __future__ import annotations
 

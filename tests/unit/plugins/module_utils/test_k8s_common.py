@@ -1,4 +1,4 @@
-"""_k8s_common's request_timeout (issue 36: a kube-apiserver that stops answering held a run for ever).
+"""_k8s_apply_common's request_timeout (issue 36: a kube-apiserver that stops answering held a run for ever).
 
 An API server that accepts connections and never answers is a listening socket nobody reads (the kernel completes
 the TCP handshake into its backlog, as for a kube-apiserver stopped with SIGSTOP)."""

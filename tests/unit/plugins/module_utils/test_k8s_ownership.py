@@ -1,4 +1,4 @@
-"""Issue 34.8: the private role _k8s neither takes over (server-side apply, conflicts forced) nor deletes an object
+"""Issue 34.8: the private role k8s_apply neither takes over (server-side apply, conflicts forced) nor deletes an object
 another manager owns unless asked. The decision (module_utils/_k8s_ownership.foreign_owner) and the module that
 reads the live objects (k8s_namespace_objects objects=...), with a fake API; 1.0.0 read nothing and forced."""
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_take_over_managers_count_as_ours():
 
 def test_refusal_names_the_object_the_action_and_the_option():
     msg = refusal([(obj(name="x"), "it was created by another field manager (helm)")], "dcgm_exporter", "absent")
-    assert "ConfigMap ns/x" in msg and "delete" in msg and "_k8s_take_over=true" in msg and "Nothing was changed" in msg
+    assert "ConfigMap ns/x" in msg and "delete" in msg and "_k8s_apply_take_over=true" in msg and "Nothing was changed" in msg
     assert "take over" in refusal([(obj(), "why")], "dcgm_exporter", "present")
 
 
@@ -109,7 +109,7 @@ def test_module_reads_each_object_and_names_the_foreign_ones():
 def test_the_private_role_checks_before_it_writes_anything():
     """The entry point objects: one read (ownership, namespace, CRDs) and one check before the namespace is created,
     the earlier writers' fields handed over or the objects applied; the deletions (remove.yml) after them too."""
-    tasks = yaml.safe_load((ROOT / "roles/_k8s/tasks/objects.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "roles/k8s_apply/tasks/objects.yml").read_text())
     block = next(t for t in tasks if "block" in t)["block"]
     names = [t["name"] for t in block]
     read = names.index("Refuse to take over or delete objects another manager owns")
@@ -121,14 +121,14 @@ def test_the_private_role_checks_before_it_writes_anything():
               next(i for i, t in enumerate(block) if t.get("ansible.builtin.include_tasks") == "remove.yml")]
     assert read < check < min(writes)
     task = block[read]["k8sgpu.nvidia.k8s_namespace_objects"]
-    assert task["fail_on_foreign"] == "{{ not _k8s_take_over | bool }}" and task["state"] == "{{ _k8s_state }}"
-    assert "_k8s_crds" in task["crds"] and "_k8s_namespace" in task["namespace"]
-    # With _k8s_take_over it still reads (refusing nothing): the namespace, the CRDs and what to delete come from it.
-    assert "_k8s_take_over" not in block[read]["when"]
-    removal = yaml.safe_load((ROOT / "roles/_k8s/tasks/remove.yml").read_text())
+    assert task["fail_on_foreign"] == "{{ not _k8s_apply_take_over | bool }}" and task["state"] == "{{ _k8s_apply_state }}"
+    assert "_k8s_apply_crds" in task["crds"] and "_k8s_apply_namespace" in task["namespace"]
+    # With _k8s_apply_take_over it still reads (refusing nothing): the namespace, the CRDs and what to delete come from it.
+    assert "_k8s_apply_take_over" not in block[read]["when"]
+    removal = yaml.safe_load((ROOT / "roles/k8s_apply/tasks/remove.yml").read_text())
     assert [t["name"] for t in removal][:2] == ["Delete the objects the role made, last first",
                                                 "Delete the objects the role made, last first, one at a time (with --diff)"]
-    assert all("__k8s_deleted" in str(t) for t in removal[:2])
+    assert all("__k8s_apply_deleted" in str(t) for t in removal[:2])
 
 
 def test_take_over_managers_earlier_writes_are_their_updates_of_the_main_resource():

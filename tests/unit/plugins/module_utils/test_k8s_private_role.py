@@ -1,4 +1,4 @@
-"""What the private role _k8s and the module k8s_rollout_wait rely on in module_utils/_k8s_namespace.py and
+"""What the private role k8s_apply and the module k8s_rollout_wait rely on in module_utils/_k8s_namespace.py and
 _k8s_rollout.py."""
 from __future__ import annotations
 
