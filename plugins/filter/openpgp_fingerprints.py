@@ -14,7 +14,7 @@ description:
     v6), upper-case hex without spaces, as C(gpg --with-colons) prints it. Used to pin a repository's signing key
     (C(container_toolkit_repo_key_fingerprint)) on the controller, without gpg on the hosts.
   - Reads every armoured block of the text (since 1.1.0; the first one only before).
-  - Fails on text that is not an armoured public key block. To pin a key, use P(k8sgpu.nvidia.openpgp_key#filter),
+  - Fails on text that is not an armoured public key block. To pin a key, use P(k8sgpu.nvidia._openpgp_key#filter),
     which also refuses a second key, a second block and data around the block.
 positional: _input
 options:

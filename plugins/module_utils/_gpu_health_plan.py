@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the gpu_health role does with one host's health read and its Node (private to this collection).
 
-Used by the filters k8sgpu.nvidia.gpu_health_plan and k8sgpu.nvidia.gpu_health_record. No Ansible or Kubernetes
+Used by the filters k8sgpu.nvidia._gpu_health_plan and k8sgpu.nvidia._gpu_health_record. No Ansible or Kubernetes
 import: the filters load it in every task that uses them.
 
 The Node carries two things of the role: the taint ``<taint_key>=<status>:NoSchedule`` and the annotation

@@ -216,7 +216,7 @@ take_over:
       of O(take_over_managers) holds fields of (an C(Update) entry of C(metadata.managedFields) without a
       subresource), in their order, each with C(apiVersion), C(kind) and C(metadata) holding C(name), C(namespace),
       C(resourceVersion) and C(managedFields) - what a JSON patch of C(/metadata/managedFields) needs to hand those
-      fields to O(field_manager) (filter P(k8sgpu.nvidia.take_over_fields#filter)).
+      fields to O(field_manager) (filter P(k8sgpu.nvidia._take_over_fields#filter)).
   returned: with O(objects)
   type: list
   elements: dict

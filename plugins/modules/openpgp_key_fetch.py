@@ -10,7 +10,7 @@ short_description: Fetch a repository's signing key over http(s), through a prox
 version_added: 1.1.0
 description:
   - Reads the text at O(url) (an C(http://) or C(https://) URL, for example a repository's C(gpgkey)) with a GET and
-    returns it, for the controller to verify (P(k8sgpu.nvidia.openpgp_key#filter)) before anything is written.
+    returns it, for the controller to verify (P(k8sgpu.nvidia._openpgp_key#filter)) before anything is written.
   - The proxy, with its user and password, is an option of the module (O(proxy), C(no_log)), not the process
     environment, so it is never in a command line, in C(ps) on the host or in the output at C(-vvv); the
     password is hidden in every result and message.
@@ -69,7 +69,7 @@ EXAMPLES = r"""
 
 - name: Verify it and keep only the pinned key
   ansible.builtin.set_fact:
-    repo_keyring_text: "{{ repo_key.content | k8sgpu.nvidia.openpgp_key('C95B321B61E88C1809C4F759DDCAE044F796ECB0') }}"
+    repo_keyring_text: "{{ repo_key.content | k8sgpu.nvidia._openpgp_key('C95B321B61E88C1809C4F759DDCAE044F796ECB0') }}"
 """
 
 RETURN = r"""

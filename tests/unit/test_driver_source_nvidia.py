@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_fabric_manager import driver_fabric_manager
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_fabric_manager_service import \
+from ansible_collections.k8sgpu.nvidia.plugins.filter._driver_fabric_manager import driver_fabric_manager
+from ansible_collections.k8sgpu.nvidia.plugins.filter._driver_fabric_manager_service import \
     driver_fabric_manager_service
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_outcome import driver_outcome
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_plan import driver_plan
-from ansible_collections.k8sgpu.nvidia.plugins.filter.gpu_fabric_pending import gpu_fabric_pending
+from ansible_collections.k8sgpu.nvidia.plugins.filter._driver_outcome import driver_outcome
+from ansible_collections.k8sgpu.nvidia.plugins.filter._driver_plan import driver_plan
+from ansible_collections.k8sgpu.nvidia.plugins.filter._gpu_fabric_pending import gpu_fabric_pending
 
 HOST = "hgx-01"
 DEBIAN12 = {"distribution": "Debian", "distribution_major_version": "12", "distribution_version": "12.12",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.namespace_leftovers import namespace_leftovers
+from ansible_collections.k8sgpu.nvidia.plugins.filter._namespace_leftovers import namespace_leftovers
 from ansible_collections.k8sgpu.nvidia.plugins.modules import k8s_namespace_objects as module
 
 

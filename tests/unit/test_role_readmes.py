@@ -74,7 +74,7 @@ def test_readme_lists_the_modules_and_filters_the_role_uses(role):
 def test_the_check_sees_what_roles_use():
     """The scan itself: a role known to use a module, a filter and the private role is seen to."""
     used = role_uses("device_plugin")
-    assert "k8s_gpu_allocatable" in used["modules"] and "device_plugin_objects" in used["filters"] and used["roles"] == ["k8s_apply"]
+    assert "k8s_gpu_allocatable" in used["modules"] and "_device_plugin_objects" in used["filters"] and used["roles"] == ["k8s_apply"]
 
 
 # The "## Variables" tables (issue 48 item 2): generated from meta/argument_specs.yml by tests/support/role_readmes.py.

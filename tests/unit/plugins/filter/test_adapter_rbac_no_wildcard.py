@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.adapter_rbac_rules import adapter_rbac_rules
-from ansible_collections.k8sgpu.nvidia.plugins.filter.gpu_adapter_rules import gpu_adapter_rules
+from ansible_collections.k8sgpu.nvidia.plugins.filter._adapter_rbac_rules import adapter_rbac_rules
+from ansible_collections.k8sgpu.nvidia.plugins.filter._gpu_adapter_rules import gpu_adapter_rules
 
 
 def _rbac(*extra):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_key_file import apt_key_file
+from ansible_collections.k8sgpu.nvidia.plugins.filter._apt_key_file import apt_key_file
 
 ROOT = Path(__file__).resolve().parents[4]
 MIRROR = "file:///srv/mirror/libnvidia-container"
@@ -79,7 +79,7 @@ def test_every_read_of_key_material_is_no_log_and_its_failure_still_shown():
     assert "no_log" not in shown and "_read.msg" in shown["ansible.builtin.assert"]["fail_msg"]
     # the pin check's message comes from a filter in a set_fact: not no_log, so its error stays visible (the key it
     # returns is a public key, armoured again, never the file as read)
-    (pin,) = [t for t in tasks if "k8sgpu.nvidia.openpgp_key(" in str(t.get("ansible.builtin.set_fact", ""))]
+    (pin,) = [t for t in tasks if "k8sgpu.nvidia._openpgp_key(" in str(t.get("ansible.builtin.set_fact", ""))]
     assert "no_log" not in pin
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_lines import apt_proxy_lines
+from ansible_collections.k8sgpu.nvidia.plugins.filter._apt_proxy_lines import apt_proxy_lines
 
 HTTP = "http://mirror.site.example:8080/libnvidia-container"
 HTTPS = "https://nvidia.github.io/libnvidia-container"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.container_toolkit_plan import (
+from ansible_collections.k8sgpu.nvidia.plugins.filter._container_toolkit_plan import (
     container_toolkit_plan,
     installed_runtimes,
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.dcgm_exporter_objects import dcgm_exporter_objects
+from ansible_collections.k8sgpu.nvidia.plugins.filter._dcgm_exporter_objects import dcgm_exporter_objects
 
 ROOT = Path(__file__).resolve().parents[4]
 FROZEN = json.loads((ROOT / "tests" / "unit" / "fixtures" / "role_objects" / "before_issue_35.json").read_text())

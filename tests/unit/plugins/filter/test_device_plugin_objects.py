@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.device_plugin_objects import device_plugin_objects
+from ansible_collections.k8sgpu.nvidia.plugins.filter._device_plugin_objects import device_plugin_objects
 
 ROOT = Path(__file__).resolve().parents[4]
 FROZEN = json.loads((ROOT / "tests" / "unit" / "fixtures" / "role_objects" / "before_issue_35.json").read_text())

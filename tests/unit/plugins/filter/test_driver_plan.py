@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_outcome import driver_outcome
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_plan import driver_plan
+from ansible_collections.k8sgpu.nvidia.plugins.filter._driver_outcome import driver_outcome
+from ansible_collections.k8sgpu.nvidia.plugins.filter._driver_plan import driver_plan
 
 HOST = "gpu-01"
 DEBIAN = {"distribution": "Debian", "distribution_major_version": "12", "kernel": "6.1.0-41-amd64",

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_batch import maintenance_batch
-from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_throttle import maintenance_throttle
+from ansible_collections.k8sgpu.nvidia.plugins.filter._maintenance_batch import maintenance_batch
+from ansible_collections.k8sgpu.nvidia.plugins.filter._maintenance_throttle import maintenance_throttle
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -72,7 +72,7 @@ def tasks(path: str) -> list:
 
 def test_the_gpu_play_refuses_a_batch_over_the_limit_before_any_host_is_touched():
     check = tasks("playbooks/tasks/fleet_limit.yml")[0]
-    assert "k8sgpu.nvidia.maintenance_batch(" in check["vars"]["_k8sgpu_problems"]
+    assert "k8sgpu.nvidia._maintenance_batch(" in check["vars"]["_k8sgpu_problems"]
     assert "ansible_play_hosts_all | length" in check["vars"]["_k8sgpu_problems"]
     assert check["run_once"] is True and check["any_errors_fatal"] is True and "ansible.builtin.assert" in check
     for playbook in ("playbooks/host.yml", "playbooks/upgrade.yml"):
@@ -99,4 +99,4 @@ def test_the_no_change_path_keeps_every_host_at_once():
 def test_the_maintenance_reboot_is_throttled_by_the_fleet_limit():
     reboot = [t for t in tasks("roles/node_maintenance/tasks/reboot.yml") if "ansible.builtin.reboot" in t][0]
     assert reboot["throttle"] == ("{{ node_maintenance_max_unavailable | "
-                                  "k8sgpu.nvidia.maintenance_throttle(ansible_play_hosts_all | length) }}")
+                                  "k8sgpu.nvidia._maintenance_throttle(ansible_play_hosts_all | length) }}")

@@ -11,9 +11,9 @@ import subprocess
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_auth import apt_proxy_auth
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_lines import apt_proxy_lines
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_redact import apt_proxy_redact
+from ansible_collections.k8sgpu.nvidia.plugins.filter._apt_proxy_auth import apt_proxy_auth
+from ansible_collections.k8sgpu.nvidia.plugins.filter._apt_proxy_lines import apt_proxy_lines
+from ansible_collections.k8sgpu.nvidia.plugins.filter._apt_proxy_redact import apt_proxy_redact
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._openpgp import openpgp_fingerprint_normalize
 from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprints
 

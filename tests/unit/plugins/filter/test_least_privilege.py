@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.adapter_rbac_rules import adapter_rbac_rules
-from ansible_collections.k8sgpu.nvidia.plugins.filter.gpu_adapter_rules import gpu_adapter_rules
-from ansible_collections.k8sgpu.nvidia.plugins.filter.pod_security_conflict import pod_security_conflict
-from ansible_collections.k8sgpu.nvidia.plugins.filter.pod_security_namespace import pod_security_namespace
+from ansible_collections.k8sgpu.nvidia.plugins.filter._adapter_rbac_rules import adapter_rbac_rules
+from ansible_collections.k8sgpu.nvidia.plugins.filter._gpu_adapter_rules import gpu_adapter_rules
+from ansible_collections.k8sgpu.nvidia.plugins.filter._pod_security_conflict import pod_security_conflict
+from ansible_collections.k8sgpu.nvidia.plugins.filter._pod_security_namespace import pod_security_namespace
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils._gpu_verify import job_manifest
 
 PSA = "pod-security.kubernetes.io/"

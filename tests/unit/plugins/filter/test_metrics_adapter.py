@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.adapter_helm_values import adapter_helm_values
-from ansible_collections.k8sgpu.nvidia.plugins.filter.gpu_adapter_rules import gpu_adapter_rules
+from ansible_collections.k8sgpu.nvidia.plugins.filter._adapter_helm_values import adapter_helm_values
+from ansible_collections.k8sgpu.nvidia.plugins.filter._gpu_adapter_rules import gpu_adapter_rules
 
 
 def test_rules_map_the_exporters_renamed_pod_labels_and_the_object_metric():

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_labels_by_node import GFD_KEYS, node_labels_by_node
+from ansible_collections.k8sgpu.nvidia.plugins.filter._node_labels_by_node import GFD_KEYS, node_labels_by_node
 
 H100 = {"nodename": "gpu-01",
         "nvidia_gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "compute_capability": "9.0"}],

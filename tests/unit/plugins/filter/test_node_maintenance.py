@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_plan import maintenance_plan
+from ansible_collections.k8sgpu.nvidia.plugins.filter._maintenance_plan import maintenance_plan
 
 
 def test_plan_nothing_to_do():
@@ -44,7 +44,7 @@ def test_plan_without_the_roles_results():
 
 
 def test_step_times():
-    from ansible_collections.k8sgpu.nvidia.plugins.filter.step_times import step_times
+    from ansible_collections.k8sgpu.nvidia.plugins.filter._step_times import step_times
     marks = [["drain", 100.0], ["driver", 103.25], ["container toolkit", 104.0], ["wait", 110.0]]
     assert step_times(marks, 111.5) == "drain 3.2 s, driver 0.8 s, container toolkit 6.0 s, wait 1.5 s"
     assert step_times([], 5.0) == ""
@@ -54,7 +54,7 @@ def test_step_times():
 
 class TestMaintenanceSettings:
     def test_good(self):
-        from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_settings import maintenance_settings
+        from ansible_collections.k8sgpu.nvidia.plugins.filter._maintenance_settings import maintenance_settings
         assert maintenance_settings({"k8sgpu_serial": "25%", "k8sgpu_max_unavailable": 2, "x_retry_delay": 0.5,
                                      "x_timeout": "300", "x_expected_gpus": 0, "other": None}) == []
 
@@ -67,7 +67,7 @@ class TestMaintenanceSettings:
         ("node_maintenance_expected_gpus", -1, "0 or more"),
     ])
     def test_bad(self, name, value, text):
-        from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_settings import maintenance_settings
+        from ansible_collections.k8sgpu.nvidia.plugins.filter._maintenance_settings import maintenance_settings
         problems = maintenance_settings({name: value})
         assert len(problems) == 1 and text in problems[0], problems
 
@@ -86,20 +86,20 @@ class TestMaintenanceHealth:
                 "node_test_failures": list(failures), "gpus": ["H100"] * gpus}
 
     def test_as_before(self):
-        from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_health import maintenance_health
+        from ansible_collections.k8sgpu.nvidia.plugins.filter._maintenance_health import maintenance_health
         assert maintenance_health(self.facts(), self.verify(), 2) == []
 
     def test_host_without_gpus_passes_a_skip(self):
-        from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_health import maintenance_health
+        from ansible_collections.k8sgpu.nvidia.plugins.filter._maintenance_health import maintenance_health
         assert maintenance_health(self.facts(0, False, 0), self.verify("skipped", 0), 0) == []
 
     def test_driver_not_loaded_and_skip_fail_a_gpu_host(self):
-        from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_health import maintenance_health
+        from ansible_collections.k8sgpu.nvidia.plugins.filter._maintenance_health import maintenance_health
         problems = maintenance_health(self.facts(loaded=False, seen=0), self.verify("skipped", 0), 2)
         assert problems == ["the NVIDIA driver is not loaded", "vectorAdd did not run (skipped) on a host that had 2 GPU(s)"]
 
     def test_gpu_missing_and_failed_vectoradd(self):
-        from ansible_collections.k8sgpu.nvidia.plugins.filter.maintenance_health import maintenance_health
+        from ansible_collections.k8sgpu.nvidia.plugins.filter._maintenance_health import maintenance_health
         problems = maintenance_health(self.facts(on_bus=1, seen=1), self.verify("failed", 1, ["GPU 1: wrong sum"]), 2)
         assert problems == ["1 of 2 GPU(s) missing from the PCI bus", "the driver sees 1 of 2 GPU(s)",
                             "vectorAdd FAILED on 1 of 2 GPU(s): GPU 1: wrong sum"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.node_of_host import node_of_host
+from ansible_collections.k8sgpu.nvidia.plugins.filter._node_of_host import node_of_host
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1", "annotations": {"a": "b"}},
         "spec": {"unschedulable": True}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}

@@ -5,7 +5,7 @@ import copy
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.take_over_fields import take_over_fields
+from ansible_collections.k8sgpu.nvidia.plugins.filter._take_over_fields import take_over_fields
 
 # managedFields of a DaemonSet created by kubernetes.core.k8s (state: present, no field manager, so the API server
 # names the manager after the Python client's User-Agent), with the controller's status entry.

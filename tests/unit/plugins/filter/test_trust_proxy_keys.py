@@ -18,11 +18,11 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_auth import apt_proxy_auth
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_lines import apt_proxy_lines
-from ansible_collections.k8sgpu.nvidia.plugins.filter.apt_proxy_redact import apt_proxy_redact
+from ansible_collections.k8sgpu.nvidia.plugins.filter._apt_proxy_auth import apt_proxy_auth
+from ansible_collections.k8sgpu.nvidia.plugins.filter._apt_proxy_lines import apt_proxy_lines
+from ansible_collections.k8sgpu.nvidia.plugins.filter._apt_proxy_redact import apt_proxy_redact
 from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_fingerprints import openpgp_fingerprints
-from ansible_collections.k8sgpu.nvidia.plugins.filter.openpgp_key import openpgp_key
+from ansible_collections.k8sgpu.nvidia.plugins.filter._openpgp_key import openpgp_key
 
 ROOT = Path(__file__).resolve().parents[4]
 WHAT = "gpu-1: the repository key from https://mirror.example/gpgkey"
@@ -191,4 +191,4 @@ def test_the_roles_keep_the_proxy_out_of_environments_and_write_credentials_only
     # No other task's text carries them (the managed_files entries name the auth file only to remove it).
     assert not [t["name"] for t in tasks if t is not task and "_proxy_auth | join" in yaml.safe_dump(t, width=10**6)]
     vars_text = (ROOT / "roles" / role / "vars/main.yml").read_text()
-    assert "/etc/apt/auth.conf.d/" in vars_text and "k8sgpu.nvidia.apt_proxy_lines" in vars_text
+    assert "/etc/apt/auth.conf.d/" in vars_text and "k8sgpu.nvidia._apt_proxy_lines" in vars_text

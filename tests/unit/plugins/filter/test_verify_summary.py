@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.verify_node_result import verify_node_result
-from ansible_collections.k8sgpu.nvidia.plugins.filter.verify_summary import verify_summary
+from ansible_collections.k8sgpu.nvidia.plugins.filter._verify_node_result import verify_node_result
+from ansible_collections.k8sgpu.nvidia.plugins.filter._verify_summary import verify_summary
 
 UUID0 = "GPU-6f3a0b1c-2d4e-5f60-7182-93a4b5c6d7e8"
 UUID1 = "GPU-00000000-1111-2222-3333-444444444444"

@@ -17,7 +17,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.k8sgpu.nvidia.plugins.filter.driver_plan import driver_plan
+from ansible_collections.k8sgpu.nvidia.plugins.filter._driver_plan import driver_plan
 from ansible_collections.k8sgpu.nvidia.plugins.module_utils import _driver_kernels as dk
 from ansible_collections.k8sgpu.nvidia.plugins.modules import driver_kernels
 from module_harness import AnsibleExitJson, AnsibleFailJson
