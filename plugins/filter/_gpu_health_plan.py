@@ -69,7 +69,8 @@ _value:
   description:
     - C(action) (none, record, quarantine, recover, return, return_verify, remove), C(window) (bool), C(taint) (for
       M(k8sgpu.nvidia.k8s_nodes)), C(annotation) (text, or None to remove it), C(annotation_changed), C(record),
-      C(previous), C(status), C(gpus), C(recovery) (reset, reload, reboot, none), C(recovery_gpus), C(reason),
+      C(previous), C(status), C(gpus), C(recovery) (reset, reload, reboot, none), C(recovery_gpus), C(reason), C(taint_key)
+      (the key of the role's taint, with or without a change to it),
       C(quarantine_reason), C(cordoned), C(cordoned_by_us), C(cordoned_by_person).
   type: dict
 """

@@ -161,6 +161,7 @@ def plan(health: dict, node: Any, *, policy: str = "report", taint_from: str = "
         "cordoned_by_person": unschedulable and maintenance_annotation not in annotations,
         "recovery": "none", "recovery_gpus": [], "window": False, "annotation_changed": False,
         "annotation": annotations.get(annotation_key), "record": previous, "findings": describe(gpus),
+        "taint_key": taint_key,
     }
     if state == "absent":
         result.update(action="remove" if previous is not None or tainted else "none",

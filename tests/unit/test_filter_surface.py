@@ -58,6 +58,8 @@ def test_a_private_filter_names_the_roles_that_use_it(name):
 def test_the_old_names_are_tombstoned_and_no_one_calls_them():
     routing = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())["plugin_routing"]["filter"]
     for name in PRIVATE:
+        if str(doc(name)["version_added"]) == "2.0.0":
+            continue  # private from the start: it had no public name
         entry = routing.get(name[1:], {}).get("tombstone")
         assert entry and name in entry["warning_text"], f"meta/runtime.yml: tombstone {name[1:]} naming {name}"
     for old in routing:
