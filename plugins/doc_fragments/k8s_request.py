@@ -22,5 +22,5 @@ options:
         Set it on the task, or through the environment variable.
     type: float
     default: 30
-    version_added: 1.2.0
+    version_added: 2.0.0
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: _apt_key_file
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: >-
   Private to the roles container_toolkit and driver, not API: the path of a file:// repository key URL, refused
   outside the key directories

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: _apt_source_auth
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: >-
   Private to the roles container_toolkit and driver, not API: apt_auth.conf lines for a repository URL that
   carries a user and password

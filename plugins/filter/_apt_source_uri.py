@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: _apt_source_uri
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: 'Private to the roles container_toolkit and driver, not API: the URIs value of a deb822 apt source, rebuilt from a checked URL'
 description:
   - Parses a repository URL (http, https or file), refuses whitespace, newlines and control characters anywhere in

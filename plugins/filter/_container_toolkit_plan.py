@@ -60,7 +60,7 @@ options:
         M(k8sgpu.nvidia.container_runtime_config) (whether its daemon started after its files' last change); null
         before they ran. A runtime whose C(stale) is true is restarted as one whose files changed.
     type: dict
-    version_added: 1.2.0
+    version_added: 2.0.0
   driver_loaded:
     description: Whether an NVIDIA driver is loaded; null takes it from the facts.
     type: bool

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: _controller_file
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: >-
   Private to the roles gpu_metrics_adapter and k8s_apply, not API: where a role may write a file on the
   controller, and whether it may replace the file there

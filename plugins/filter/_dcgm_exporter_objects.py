@@ -8,7 +8,7 @@ from __future__ import annotations
 # every filter .py and every documentation file, so a same-named pair showed the filter twice.
 DOCUMENTATION = r"""
 name: _dcgm_exporter_objects
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: 'Private to the dcgm_exporter role, not API: the dcgm_exporter role''s objects, and its scrape configuration file, as data'
 description:
   - Builds what the M(k8sgpu.nvidia.dcgm_exporter) role puts into the cluster, from the role's settings, one part or
@@ -48,7 +48,7 @@ options:
       pod-resources directory is let through, with a warning, instead of failing.
     type: bool
     default: false
-    version_added: 1.2.0
+    version_added: 2.0.0
 """
 
 EXAMPLES = r"""

@@ -8,7 +8,7 @@ from __future__ import annotations
 # every filter .py and every documentation file, so a same-named pair showed the filter twice.
 DOCUMENTATION = r"""
 name: _device_plugin_objects
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: 'Private to the device_plugin role, not API: the device_plugin role''s objects, its ConfigMap and DaemonSet, as data'
 description:
   - Builds the objects the M(k8sgpu.nvidia.device_plugin) role applies (install method C(manifest)), in the order it

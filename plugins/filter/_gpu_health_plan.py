@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: _gpu_health_plan
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: 'Private to the gpu_health role, not API: what the gpu_health role does with a host''s GPU health read and its Node'
 description:
   - Reads the result of M(k8sgpu.nvidia.gpu_health) and the host's Node (as M(kubernetes.core.k8s_info) returns it)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: _gpu_health_record
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: 'Private to the gpu_health role, not API: the gpu_health role''s record (Node annotation) after a host''s maintenance window'
 description:
   - From the plan P(k8sgpu.nvidia._gpu_health_plan#filter) made before the window, the record the Node gets after it -

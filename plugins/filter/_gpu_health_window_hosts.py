@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: _gpu_health_window_hosts
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: >-
   Private to the collection's playbooks, not API: the GPU hosts that need the health playbook's maintenance
   window, in the order to take them

@@ -7,7 +7,7 @@ from __future__ import annotations
 # every filter .py and every documentation file, so a same-named pair showed the filter twice.
 DOCUMENTATION = r"""
 name: _node_of_host
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: >-
   Private to the roles gpu_health and node_maintenance, not API: the Node of an inventory host, from a read of
   it, or an error naming the host and the fix

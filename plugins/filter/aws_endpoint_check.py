@@ -9,7 +9,7 @@ from __future__ import annotations
 # every filter .py and every documentation file, so a same-named pair showed the filter twice.
 DOCUMENTATION = r"""
 name: aws_endpoint_check
-version_added: 1.2.0
+version_added: 2.0.0
 short_description: Refuse an AWS endpoint URL that must not receive signed requests
 description:
   - Returns the URL unchanged when it may receive SigV4-signed requests and the session token; otherwise fails

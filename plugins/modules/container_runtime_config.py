@@ -91,7 +91,7 @@ options:
       - The systemd unit of the runtime's daemon, for example V(containerd.service). Given, RV(loaded) says whether
         the daemon started after the last change of O(config_path) and O(drop_in_path); omitted, nothing is read.
     type: str
-    version_added: 1.2.0
+    version_added: 2.0.0
 notes:
   - Fails, changing nothing, when nvidia-ctk is missing, when a file cannot be read, or when nvidia-ctk rejects the
     configuration (for example a main file that is not TOML); the message names the file and gives nvidia-ctk's
@@ -201,7 +201,7 @@ loaded:
       host's clock. A modification time later than now does not count.
   returned: when O(unit) is given
   type: dict
-  version_added: 1.2.0
+  version_added: 2.0.0
   contains:
     unit:
       description: O(unit).

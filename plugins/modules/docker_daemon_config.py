@@ -105,7 +105,7 @@ options:
       - The systemd unit of the Docker daemon that reads the file, for example V(docker.service). Given, RV(loaded)
         says whether the daemon started after the file's last change; omitted, nothing is read.
     type: str
-    version_added: 1.2.0
+    version_added: 2.0.0
 notes:
   - Docker must be restarted (or, for some settings, sent C(SIGHUP)) for changes to take effect. The module does
     not do it.
@@ -266,7 +266,7 @@ loaded:
       than now does not count.
   returned: when O(unit) is given
   type: dict
-  version_added: 1.2.0
+  version_added: 2.0.0
   contains:
     unit:
       description: O(unit).

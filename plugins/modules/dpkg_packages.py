@@ -69,7 +69,7 @@ options:
     elements: str
     default: []
   audit:
-    version_added: 1.2.0
+    version_added: 2.0.0
     description:
       - Also read every package dpkg has not finished installing or configuring (one C(dpkg-query -W) over the
         whole database) and whether a dpkg run was interrupted (entries in C(/var/lib/dpkg/updates)).
@@ -77,7 +77,7 @@ options:
     type: bool
     default: false
   remove_unfinished:
-    version_added: 1.2.0
+    version_added: 2.0.0
     description:
       - Packages to remove when, and only when, dpkg reports them unfinished (C(half-installed), C(unpacked),
         C(half-configured), C(triggers-awaited), C(triggers-pending)). Installed or absent ones are left alone.
@@ -88,7 +88,7 @@ options:
     elements: str
     default: []
   configure_unfinished:
-    version_added: 1.2.0
+    version_added: 2.0.0
     description:
       - After O(remove_unfinished), run C(dpkg --configure -a) when unfinished packages are left or a dpkg run was
         interrupted, with C(--force-confdef --force-confold) as M(ansible.builtin.apt) passes them. This runs the
@@ -97,7 +97,7 @@ options:
     type: bool
     default: false
   lock_timeout:
-    version_added: 1.2.0
+    version_added: 2.0.0
     description:
       - Seconds to wait for dpkg's lock when removing or configuring (another apt or dpkg still running, for example
         the install of a run whose controller was stopped), like M(ansible.builtin.apt)'s O(ansible.builtin.apt#module:lock_timeout).
@@ -196,7 +196,7 @@ hold_skipped:
   elements: str
   sample: []
 unfinished:
-  version_added: 1.2.0
+  version_added: 2.0.0
   description:
     - Packages dpkg has not finished installing or configuring after the task (in check mode, before it), from
       C(dpkg-query -W -f='${Package}|${Version}|${db:Status-Status}'), by name.
@@ -212,20 +212,20 @@ unfinished:
       description: dpkg's state, for example V(unpacked) or V(half-configured).
       type: str
 interrupted:
-  version_added: 1.2.0
+  version_added: 2.0.0
   description: Whether dpkg's journal (C(/var/lib/dpkg/updates)) holds a run that did not end, after the task.
   returned: when O(audit), O(remove_unfinished) or O(configure_unfinished) is set
   type: bool
   sample: false
 removed:
-  version_added: 1.2.0
+  version_added: 2.0.0
   description: Unfinished packages of O(remove_unfinished) the task removed (in check mode, would remove).
   returned: when O(audit), O(remove_unfinished) or O(configure_unfinished) is set
   type: list
   elements: str
   sample: [nvidia-tesla-470-kernel-dkms]
 configured:
-  version_added: 1.2.0
+  version_added: 2.0.0
   description: >-
     Packages C(dpkg --configure -a) finished (in check mode, would finish); empty when it did not run. It may also
     have finished an interrupted run with no package left unfinished.

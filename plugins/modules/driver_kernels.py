@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: driver_kernels
 short_description: The NVIDIA kernel module of every installed kernel, its build, and the kernel the host will boot
-version_added: 1.2.0
+version_added: 2.0.0
 description:
   - Reads every installed kernel (the images C(<root>/boot/vmlinuz-<release>), C(<root>/lib/modules/<release>) with the
     kernel's own modules or its headers) and, for each, whether the NVIDIA kernel module of the driver branch is built
@@ -60,7 +60,7 @@ options:
     type: list
     elements: path
     default: []
-    version_added: 1.2.0
+    version_added: 2.0.0
   efi_root:
     description:
       - Where the EFI variables are read for Secure Boot (C(<efi_root>/efivars), C(<efi_root>/mok-variables)); for
@@ -71,7 +71,7 @@ options:
         only then.
     type: path
     default: /sys/firmware/efi
-    version_added: 1.2.0
+    version_added: 2.0.0
   boot_check:
     description:
       - Also read, before any build, whether the host booted since the newest NVIDIA module file was installed
@@ -79,12 +79,12 @@ options:
         fail when no kernel has an NVIDIA module file, naming DKMS's records and its build log.
     type: bool
     default: false
-    version_added: 1.2.0
+    version_added: 2.0.0
   proc_root:
     description: Where procfs is mounted, for O(boot_check) (C(stat), C(1/stat), C(sys/kernel/osrelease)).
     type: path
     default: /proc
-    version_added: 1.2.0
+    version_added: 2.0.0
 notes:
   - A host never boots the kernel it was checked for in a container; there only the build and the files are proven.
 seealso:
@@ -182,7 +182,7 @@ secure_boot:
     import waits for the console), C(sources) (the key lists read), and where enforcing, C(modules_trusted).
   returned: always
   type: dict
-  version_added: 1.2.0
+  version_added: 2.0.0
 initramfs_stale:
   description: The kernels whose initramfs is older than a file of O(initramfs_configs) (file modification times) -
     a run stopped between the write and the initramfs rebuild left them so; the driver role rebuilds them. Only
@@ -190,13 +190,13 @@ initramfs_stale:
   returned: always
   type: list
   elements: str
-  version_added: 1.2.0
+  version_added: 2.0.0
 signing_drop_in:
   description: The driver role's DKMS signing drop-in (C(/etc/dkms/framework.conf.d/90-k8sgpu-nvidia-signing.conf))
     exists, so that a role with signing turned off knows to remove it.
   returned: always
   type: bool
-  version_added: 1.2.0
+  version_added: 2.0.0
 build_failures:
   description: Per kernel whose build failed, the end of DKMS's output.
   returned: always

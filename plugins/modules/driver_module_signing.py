@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: driver_module_signing
 short_description: Secure Boot for the host-installed NVIDIA driver - DKMS's signing key, the modules' signers, the
   firmware's state
-version_added: 1.2.0
+version_added: 2.0.0
 description:
   - With O(signing), configures DKMS (3.x, Debian 12 and later, Ubuntu 22.04 and later) to sign the modules it builds
     with the site's key - C(mok_signing_key) and C(mok_certificate) in

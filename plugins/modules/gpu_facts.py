@@ -103,7 +103,7 @@ options:
         A walk of each kernel's module tree; no command is run.
     type: bool
     default: false
-    version_added: 1.2.0
+    version_added: 2.0.0
 notes:
   - Reads only; C(nvidia-smi) is run without a shell, in the C locale, and never when the kernel module is not
     loaded (where it could load it through C(nvidia-modprobe)).
@@ -230,7 +230,7 @@ ansible_facts:
             - Null where the driver writes no C(fabric) element.
           type: str
           sample: Completed
-          version_added: 1.2.0
+          version_added: 2.0.0
         fabric_status:
           description:
             - The result of that registration, from C(fabric/status) - V(Success), an NVML error text, or V(N/A).
@@ -238,7 +238,7 @@ ansible_facts:
             - Null where the driver writes no C(fabric) element.
           type: str
           sample: Success
-          version_added: 1.2.0
+          version_added: 2.0.0
     nvidia_driver_loaded:
       description: Whether the NVIDIA kernel module is loaded (C(/proc/driver/nvidia/version) exists).
       type: bool
@@ -300,7 +300,7 @@ ansible_facts:
               RV(ansible_facts.nvidia_nvswitches), which lists these).
           type: bool
           sample: false
-          version_added: 1.2.0
+          version_added: 2.0.0
         driver:
           description: Kernel driver bound to the device (for example V(nvidia), V(nouveau), V(vfio-pci)), or null.
           type: str
@@ -315,7 +315,7 @@ ansible_facts:
       type: dict
       sample: {"6.1.0-44-amd64": {"status": "ok", "detail": "module nvidia-current 535.261.03 installed", "fix": "",
                "running": true, "image": true, "headers": true}}
-      version_added: 1.2.0
+      version_added: 2.0.0
     nvidia_nvswitches:
       description:
         - The NVSwitches of RV(ansible_facts.nvidia_pci_devices) (vendor C(0x10de), class C(0x0680xx)), in its
@@ -324,7 +324,7 @@ ansible_facts:
           V(0x22af)) are not NVSwitches, so one NVSwitch is one entry.
       type: list
       elements: dict
-      version_added: 1.2.0
+      version_added: 2.0.0
       contains:
         pci_bus_id:
           description: PCI address, the directory name in sysfs (4-digit domain).

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_health
 short_description: Health of each NVIDIA GPU of a host, from nvidia-smi, sysfs and the kernel's Xid events
-version_added: 1.2.0
+version_added: 2.0.0
 description:
   - Reads, per GPU, from one C(nvidia-smi -q -x) - ECC error counts (volatile and aggregate, SRAM and DRAM), retired
     pages, remapped rows, the driver's C(gpu_recovery_action), C(gpu_reset_status) where the driver reports it, the

@@ -108,7 +108,7 @@ options:
         exist or whose C(Established) condition is not C(True) are returned in RV(missing_crds).
     type: list
     elements: str
-    version_added: 1.2.0
+    version_added: 2.0.0
 requirements:
   - kubernetes >= 24.2.0 (Python)
   - kubernetes.core (its authentication and API client)
@@ -195,7 +195,7 @@ live_namespace:
       it does not exist.
   returned: with O(objects) or O(crds), and O(namespace)
   type: dict
-  version_added: 1.2.0
+  version_added: 2.0.0
   sample:
     apiVersion: v1
     kind: Namespace
@@ -208,7 +208,7 @@ served:
   returned: with O(objects)
   type: list
   elements: dict
-  version_added: 1.2.0
+  version_added: 2.0.0
   sample: [{apiVersion: v1, kind: ConfigMap, metadata: {name: dcgm-exporter-metrics, namespace: gpu-monitoring}}]
 take_over:
   description:
@@ -220,13 +220,13 @@ take_over:
   returned: with O(objects)
   type: list
   elements: dict
-  version_added: 1.2.0
+  version_added: 2.0.0
 missing_crds:
   description: With O(crds), those that do not exist or are not established, in their order.
   returned: with O(crds)
   type: list
   elements: str
-  version_added: 1.2.0
+  version_added: 2.0.0
   sample: [servicemonitors.monitoring.coreos.com]
 """
 
